@@ -1,0 +1,107 @@
+"""The backend contract: catalog, signature, build, load + run, reference.
+
+Coordinator side (``available``, ``catalog``, ``software``, ``supports``) must be cheap and must
+not need hardware beyond what it reports. Worker side (``build``, ``load``, ``reference``) runs
+only inside an isolated worker process (``trt_routes.execute``)."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from trt_routes.catalog import Catalog
+
+Feeds = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What a backend needs to build and run one route of one job (picklable, no manifest)."""
+
+    model_path: str
+    route: dict[str, str]  # knob -> value, non-default knobs only (canonical route as a dict)
+    profile: dict[str, dict[str, list[int]]]  # input -> {"min","opt","max"}; static inputs repeat one shape
+    settings: dict[str, Any] = field(default_factory=dict)  # backend build settings from the manifest
+    target: dict[str, Any] = field(default_factory=dict)  # the Target as data, plus the matched device
+    work_dir: str = ""  # scratch folder for this trial
+
+    @property
+    def opt_shapes(self) -> dict[str, list[int]]:
+        return {name: dims["opt"] for name, dims in self.profile.items()}
+
+
+class Runner(Protocol):
+    """A loaded engine."""
+
+    def run(self, feeds: Feeds) -> Feeds:
+        """One inference; returns every output by name."""
+        ...
+
+    def time(self, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
+        """Per-iteration latencies in milliseconds (``iterations * repeats`` samples)."""
+        ...
+
+
+def time_on_host(run: Any, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
+    """Wall-clock timing with perf_counter for backends that run synchronously on the host."""
+    for _ in range(warmup):
+        run(feeds)
+    samples: list[float] = []
+    for _ in range(repeats):
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            run(feeds)
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return samples
+
+
+class Backend(ABC):
+    """A compiler with knobs. Subclasses are registered in ``trt_routes.backends.registry``."""
+
+    name: ClassVar[str]
+    #: File suffix of engines this backend writes (".onnx", ".engine", ".pt2").
+    engine_suffix: ClassVar[str]
+    #: How to install what this backend needs.
+    install_hint: ClassVar[str]
+
+    # -- coordinator side -------------------------------------------------------------------
+    @abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """None when usable here, else a one-line reason (the install hint is added by callers)."""
+
+    @abstractmethod
+    def catalog(self) -> Catalog:
+        """Every knob with its default; cached by the backend."""
+
+    @abstractmethod
+    def software(self) -> dict[str, str]:
+        """Software signature fields (backend name and version, tuner version, ...)."""
+
+    def supports(self, target: Mapping[str, Any]) -> str | None:
+        """None when this backend can build for ``target`` (a Target as data), else why not."""
+        return None
+
+    # -- worker side ------------------------------------------------------------------------
+    @abstractmethod
+    def build(self, spec: BuildSpec, engine_path: Path) -> str:
+        """Build ``spec.route`` and write the engine to ``engine_path``; return the build log.
+
+        Raise any exception for a build error; its text becomes the trial's error."""
+
+    @abstractmethod
+    def load(self, engine_path: Path, spec: BuildSpec) -> Runner:
+        """Load an engine built by ``build`` (runtime knobs of ``spec.route`` applied)."""
+
+    @abstractmethod
+    def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
+        """Reference outputs for ``feeds``: a plain float32 run at the lowest optimization."""
+
+    def reference_version(self) -> str:
+        """Identifies how ``reference`` computes outputs (enters the reference cache key)."""
+        return f"{self.name}:{self.software().get('backend_version', '')}"

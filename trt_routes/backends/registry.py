@@ -1,0 +1,56 @@
+"""Backend registry: name -> lazily imported class, with install hints; plugins by entry point."""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from importlib import metadata
+
+from trt_routes.backends.base import Backend
+from trt_routes.errors import BackendUnavailable, UsageError
+
+BUILTIN: dict[str, tuple[str, str]] = {
+    "onnxruntime": ("trt_routes.backends.onnxruntime:OnnxRuntimeBackend", "pip install onnxruntime"),
+    "tensorrt": ("trt_routes.backends.tensorrt:TensorRTBackend", "pip install 'trt-routes[tensorrt]'"),
+}
+
+ENTRY_POINT_GROUP = "trt_routes.backends"
+
+
+def known() -> dict[str, str]:
+    """Every backend name this installation knows, with its dotted class path."""
+    names = {name: path for name, (path, _hint) in BUILTIN.items()}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        names.setdefault(ep.name, ep.value)
+    return names
+
+
+@cache
+def get(name: str) -> Backend:
+    """The backend instance for ``name``; raises BackendUnavailable with an install hint."""
+    paths = known()
+    if name not in paths:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(paths), n=1)
+        raise UsageError(
+            f"unknown backend '{name}'",
+            f"did you mean '{close[0]}'?" if close else f"known backends: {', '.join(sorted(paths))}",
+        )
+    module_name, _, cls_name = paths[name].partition(":")
+    hint = BUILTIN.get(name, ("", f"install the package that provides backend '{name}'"))[1]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendUnavailable(f"backend '{name}' cannot be imported: {exc}", hint) from exc
+    cls = getattr(module, cls_name)
+    return cls()  # type: ignore[no-any-return]
+
+
+def require(name: str) -> Backend:
+    """Like ``get`` but also checks the backend is usable on this machine."""
+    backend = get(name)
+    reason = backend.unavailable_reason()
+    if reason:
+        raise BackendUnavailable(reason, backend.install_hint)
+    return backend

@@ -1,0 +1,60 @@
+"""The one canonical serializer: every key, digest and lockfile value goes through here.
+
+Sorted keys, no whitespace, floats normalized to 12 significant digits, tuples as lists."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def normalize(value: Any) -> Any:
+    """Turn a value into plain JSON data with normalized numbers (stable across runs)."""
+    if hasattr(value, "model_dump"):
+        return normalize(value.model_dump(mode="json"))
+    if isinstance(value, Mapping):
+        return {str(k): normalize(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [normalize(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(normalize(v) for v in value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        if value == int(value) and abs(value) < 1e15:
+            return int(value)
+        return float(f"{value:.12g}")
+    if isinstance(value, Path):
+        return value.as_posix()
+    if hasattr(value, "item"):  # numpy scalars
+        return normalize(value.item())
+    raise TypeError(f"cannot canonicalize {type(value).__name__}")
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON text of ``value``."""
+    return json.dumps(normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(value: Any, length: int = 64) -> str:
+    """sha256 hex digest of the canonical JSON of ``value`` (truncated to ``length``)."""
+    return hashlib.sha256(dumps(value).encode()).hexdigest()[:length]
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,89 @@
+"""Knobs and catalogs: what a backend lets us switch, with defaults and help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trt_routes import canonical
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One compiler switch.
+
+    ``option`` keeps its leading dash (``-conv_use_long_w``, ``-kgen:codegen:cuda_tile``).
+    ``values`` is the closed list of allowed values, or None for an open integer knob.
+    ``phase`` says where a backend applies it: ``build`` (changes the engine) or ``runtime``
+    (applied when the engine is loaded; recorded in the lockfile beside the engine)."""
+
+    option: str
+    values: tuple[str, ...] | None
+    default: str
+    help: str = ""
+    phase: str = "build"
+
+    @property
+    def is_open(self) -> bool:
+        return self.values is None
+
+    def allows(self, value: str) -> bool:
+        if self.values is None:
+            try:
+                int(value)
+            except ValueError:
+                return False
+            return True
+        return value in self.values
+
+    def allowed_text(self) -> str:
+        """The knob as TensorRT's ``allowed_values`` field writes it."""
+        if self.values is None:
+            return f"{self.option}=int"
+        return f"{self.option}=[{'|'.join(self.values)}]"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The knobs a backend offers, in the backend's order."""
+
+    backend: str
+    version: str
+    knobs: tuple[Knob, ...]
+    tuner_version: str = ""
+    _index: dict[str, Knob] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({k.option: k for k in self.knobs})
+
+    def get(self, option: str) -> Knob | None:
+        return self._index.get(option)
+
+    def __contains__(self, option: object) -> bool:
+        return option in self._index
+
+    def __len__(self) -> int:
+        return len(self.knobs)
+
+    @property
+    def options(self) -> list[str]:
+        return [k.option for k in self.knobs]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "version": self.version,
+            "tuner_version": self.tuner_version,
+            "knobs": [
+                {"option": k.option, "values": list(k.values) if k.values is not None else None,
+                 "default": k.default, "help": k.help, "phase": k.phase}
+                for k in self.knobs
+            ],
+        }
+
+    @property
+    def digest(self) -> str:
+        """Hash of everything that gives routes their meaning (help text excluded)."""
+        data = self.to_json()
+        for k in data["knobs"]:  # type: ignore[union-attr]
+            k.pop("help")  # type: ignore[union-attr]
+        return canonical.digest(data, 16)

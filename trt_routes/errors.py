@@ -1,0 +1,77 @@
+"""The error tree: every user-facing failure is a TrtRoutesError with a message and a hint.
+
+Exit codes are assigned in the CLI only (see ``trt_routes.cli``)."""
+
+from __future__ import annotations
+
+
+class TrtRoutesError(Exception):
+    """Base of every error trt-routes reports to a user."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class UsageError(TrtRoutesError):
+    """A command was called with arguments that cannot work."""
+
+
+class ManifestError(TrtRoutesError):
+    """tuning.yaml is malformed or inconsistent; carries file:line:col and a snippet."""
+
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        snippet: str | None = None,
+    ) -> None:
+        super().__init__(message, hint)
+        self.path = path
+        self.line = line
+        self.column = column
+        self.snippet = snippet
+
+    @property
+    def location(self) -> str:
+        if self.path is None:
+            return ""
+        if self.line is None:
+            return self.path
+        return f"{self.path}:{self.line}:{self.column or 1}"
+
+    def __str__(self) -> str:
+        parts = [f"{self.location}: {self.message}" if self.location else self.message]
+        if self.snippet:
+            parts.append(self.snippet)
+        if self.hint:
+            parts.append(f"  hint: {self.hint}")
+        return "\n".join(parts)
+
+
+class RouteError(TrtRoutesError):
+    """A tuning expression or route does not parse or does not fit the catalog."""
+
+
+class LockfileError(TrtRoutesError):
+    """tuning.lock is unreadable, from a newer version, or out of date with the manifest."""
+
+
+class CacheError(TrtRoutesError):
+    """The trial cache cannot be opened or is from a newer trt-routes."""
+
+
+class BackendUnavailable(TrtRoutesError):
+    """A backend's library or hardware is missing on this machine."""
+
+
+class TrialsFailed(TrtRoutesError):
+    """Some jobs ended with no eligible route."""

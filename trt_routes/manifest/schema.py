@@ -1,0 +1,254 @@
+"""tuning.yaml schema (schema_version 1): pydantic models with extra='forbid'.
+
+Only shape and cross-reference checks live here; route expressions are checked against a
+backend's catalog in ``trt_routes.routes``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+Metric = Literal["l0", "l1", "l2", "lInf", "cos"]
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+Name = Annotated[str, Field(pattern=NAME)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DimRange(Strict):
+    """A dynamic input: min/opt/max shapes. Timing and accuracy use ``opt``."""
+
+    min: list[int]
+    opt: list[int]
+    max: list[int]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DimRange:
+        if not (len(self.min) == len(self.opt) == len(self.max)):
+            raise ValueError("min, opt and max must have the same rank")
+        for lo, mid, hi in zip(self.min, self.opt, self.max, strict=True):
+            if not (1 <= lo <= mid <= hi):
+                raise ValueError(f"need 1 <= min <= opt <= max in every dimension, got {lo}, {mid}, {hi}")
+        return self
+
+
+InputShape = list[int] | DimRange
+ShapeProfile = dict[str, InputShape]
+
+
+class InputSpec(Strict):
+    """How to generate an input when reference data is ``auto``."""
+
+    dtype: Literal["float32", "float16", "int64", "int32", "bool"] = "float32"
+    low: float = -1.0
+    high: float = 1.0
+
+
+class ReferenceFiles(Strict):
+    """User-provided reference data: .npz files keyed by input and output tensor names."""
+
+    inputs: str
+    outputs: str
+
+
+class Check(Strict):
+    """One accuracy gate: ``metric`` loss must stay strictly below ``threshold``."""
+
+    metric: Metric
+    threshold: float = Field(ge=0)
+    atol: float | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
+    rtol: float | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
+
+    @model_validator(mode="after")
+    def _l0_only(self) -> Check:
+        if self.metric != "l0" and (self.atol is not None or self.rtol is not None):
+            raise ValueError(f"atol and rtol apply to metric l0 only, not {self.metric}")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The loss key this check reads (l0 is parameterized by atol/rtol)."""
+        if self.metric != "l0":
+            return self.metric
+        return l0_key(self.atol if self.atol is not None else 1e-5, self.rtol if self.rtol is not None else 1e-5)
+
+
+def l0_key(atol: float, rtol: float) -> str:
+    return f"l0@atol={atol:g},rtol={rtol:g}"
+
+
+class Tolerance(Strict):
+    """Named accuracy gate: checks for every output, optionally replaced per output."""
+
+    checks: list[Check] = Field(min_length=1)
+    outputs: dict[str, list[Check]] = Field(default_factory=dict)
+
+    def checks_for(self, output: str) -> list[Check]:
+        return self.outputs.get(output, self.checks)
+
+
+class Strategy(Strict):
+    """A named search strategy. ``fast``/``full``/``mixed`` follow trtexec's semantics."""
+
+    mode: Literal["fast", "full", "mixed"] = "fast"
+    max_builds: int | None = Field(default=None, ge=1)
+
+
+class Measurement(Strict):
+    """The measurement protocol. Part of every trial's key."""
+
+    warmup: int = Field(default=10, ge=0)
+    iterations: int = Field(default=20, ge=1)
+    repeats: int = Field(default=5, ge=1)
+    timeout_s: float = Field(default=300.0, gt=0, description="per trial (build + measure); not in the key")
+    seed: int = 0
+
+    def key_fields(self) -> dict[str, int]:
+        return {"warmup": self.warmup, "iterations": self.iterations, "repeats": self.repeats,
+                "seed": self.seed}
+
+
+class Target(Strict):
+    """Hardware a job runs on: the CPU, or GPUs matched by name pattern and/or compute capability."""
+
+    kind: Literal["cpu", "gpu"]
+    name: str | None = Field(default=None, description="fnmatch pattern on the GPU name, e.g. '*H200*'")
+    compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
+
+    @model_validator(mode="after")
+    def _gpu_needs_match(self) -> Target:
+        if self.kind == "gpu" and self.name is None and self.compute_capability is None:
+            raise ValueError("a gpu target needs 'name' (a pattern) or 'compute_capability'")
+        if self.kind == "cpu" and (self.name or self.compute_capability):
+            raise ValueError("a cpu target takes no 'name' or 'compute_capability'")
+        return self
+
+
+class Paths(Strict):
+    """Where things live, relative to the manifest's folder."""
+
+    cache: str = "caches/trials.sqlite"
+    engines: str = "caches/engines"
+    lockfile: str = "tuning.lock"
+    out: str = "engines"
+
+
+class JobDefaults(Strict):
+    """Settings a model may override."""
+
+    backend: str = "onnxruntime"
+    targets: list[Name] | None = None
+    switch_group: Name | None = None
+    strategy: Name | None = None
+    tolerance: Name | None = None
+    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class ModelDefaults(Strict):
+    backend: str | None = None
+    targets: list[Name] | None = None
+    switch_group: Name | None = None
+    strategy: Name | None = None
+    tolerance: Name | None = None
+    settings: dict[str, str | int | float | bool] | None = None
+
+
+class Model(ModelDefaults):
+    """One model to tune: an ONNX file and its shape profiles."""
+
+    path: str
+    shapes: dict[Name, ShapeProfile] = Field(min_length=1)
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    reference: Literal["auto"] | ReferenceFiles = "auto"
+
+    @field_validator("shapes")
+    @classmethod
+    def _nonempty(cls, v: dict[str, ShapeProfile]) -> dict[str, ShapeProfile]:
+        for name, prof in v.items():
+            if not prof:
+                raise ValueError(f"shape profile '{name}' names no input")
+        return v
+
+
+class Manifest(Strict):
+    """The whole of tuning.yaml."""
+
+    schema_version: Literal[1]
+    paths: Paths = Field(default_factory=Paths)
+    measurement: Measurement = Field(default_factory=Measurement)
+    targets: dict[Name, Target] = Field(default_factory=lambda: {"cpu": Target(kind="cpu")})
+    switch_groups: dict[Name, str] = Field(default_factory=dict)
+    strategies: dict[Name, Strategy] = Field(default_factory=lambda: {"fast": Strategy(mode="fast")})
+    tolerances: dict[Name, Tolerance] = Field(default_factory=dict)
+    defaults: JobDefaults = Field(default_factory=JobDefaults)
+    models: dict[Name, Model] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _references(self) -> Manifest:
+        for mname, model in self.models.items():
+            eff = self.effective(mname)
+            for tname in eff.targets or []:
+                if tname not in self.targets:
+                    raise ValueError(_missing("target", tname, self.targets, f"models.{mname}"))
+            for kind, name, table in (
+                ("switch group", eff.switch_group, self.switch_groups),
+                ("strategy", eff.strategy, self.strategies),
+                ("tolerance", eff.tolerance, self.tolerances),
+            ):
+                if name is None:
+                    if kind == "strategy":
+                        continue
+                    raise ValueError(f"model '{mname}' has no {kind}: set defaults.{_field(kind)} "
+                                     f"or models.{mname}.{_field(kind)}")
+                if name not in table:
+                    raise ValueError(_missing(kind, name, table, f"models.{mname}"))
+        return self
+
+    def effective(self, model: str) -> JobDefaults:
+        """The model's settings with defaults filled in."""
+        m = self.models[model]
+        d = self.defaults
+        return JobDefaults(
+            backend=m.backend or d.backend,
+            targets=m.targets if m.targets is not None else (d.targets or list(self.targets)),
+            switch_group=m.switch_group or d.switch_group,
+            strategy=m.strategy or d.strategy or ("fast" if "fast" in self.strategies else None),
+            tolerance=m.tolerance or d.tolerance,
+            settings={**d.settings, **(m.settings or {})},
+        )
+
+    def strategy_for(self, model: str) -> tuple[str, Strategy]:
+        name = self.effective(model).strategy
+        if name is None:
+            return "fast", Strategy(mode="fast")
+        return name, self.strategies[name]
+
+
+def _field(kind: str) -> str:
+    return kind.replace(" ", "_")
+
+
+def _missing(kind: str, name: str, table: dict[str, object], where: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(table), n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; defined: {', '.join(sorted(table)) or 'none'}"
+    return f"{where}: unknown {kind} '{name}'{hint}"
+
+
+def job_name(model: str, shape: str, target: str) -> str:
+    return f"{model}/{shape}/{target}"
+
+
+JOB_PATTERN = re.compile(NAME)
+
+
+def manifest_dir(path: Path) -> Path:
+    return path.resolve().parent
