@@ -1,0 +1,8 @@
+"""Search strategies: which routes to measure next, given the outcomes already known.
+
+trtexec-compatible ``fast``, ``full`` and ``mixed``; see ``strategies`` for their rules."""
+
+from trt_routes.search.base import Outcome, Search
+from trt_routes.search.strategies import MODES, FastSearch, FullSearch, MixedSearch, expand, make_search
+
+__all__ = ["MODES", "FastSearch", "FullSearch", "MixedSearch", "Outcome", "Search", "expand", "make_search"]

@@ -1,0 +1,48 @@
+"""What every search strategy offers: the routes it wants measured, given what is already known.
+
+Strategies are pure: they read outcomes and return canonical route strings; they never measure."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a strategy needs to know about a measured route.
+
+    ``ok``: the trial succeeded and passed the accuracy gate; ``median_ms``: its median time."""
+
+    ok: bool
+    median_ms: float | None
+
+    def beats(self, other: Outcome) -> bool:
+        """Strictly faster than ``other``, both successful (trtexec's rule, noise included)."""
+        if not (self.ok and other.ok) or self.median_ms is None or other.median_ms is None:
+            return False
+        return self.median_ms < other.median_ms
+
+
+class Search(ABC):
+    """A search strategy over canonical routes."""
+
+    name: str
+
+    @abstractmethod
+    def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
+        """Every route proposed so far given ``known``, in order, deduplicated, known ones included."""
+
+    def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
+        """Routes to measure next (none of them in ``known``); ``[]`` means the search is finished."""
+        return [route for route in self.candidates(known) if route not in known]
+
+    def pending(self, known: Mapping[str, Outcome]) -> str | None:
+        """A sentence about work that cannot be listed yet, or None."""
+        return None
+
+
+def unique(routes: Iterable[str]) -> list[str]:
+    """Routes in first-seen order, each once."""
+    return list(dict.fromkeys(routes))
