@@ -1,0 +1,318 @@
+"""apply(): execute a plan. Runs missing trials in isolated workers, writes each trial to the
+cache as it finishes, selects, materializes engines and rewrites the lockfile atomically."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from filelock import FileLock, Timeout
+
+from trt_routes import canonical
+from trt_routes.backends import registry
+from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.errors import UsageError
+from trt_routes.execute.local import LocalExecutor
+from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.jobs import Job
+from trt_routes.lockfile import Lockfile
+from trt_routes.measure import timing_stats
+from trt_routes.plan import JobPlan, Plan, candidates_key, make_plan, outcomes
+from trt_routes.project import LossLookupFromBlobs, Project
+from trt_routes.routes import describe, route_dict
+from trt_routes.search import make_search
+from trt_routes.select import DEFAULT_ROUTE, Selection, select
+
+EXIT_OK, EXIT_WORK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 1, 2, 3, 4
+
+
+class Reporter(Protocol):
+    """Receives apply's progress; the CLI renders it (rich on a terminal, plain lines otherwise)."""
+
+    def plan(self, plan: Plan) -> None: ...
+    def job_start(self, job: Job, builds: int) -> None: ...
+    def trial_done(self, job: Job, trial: TrialRecord) -> None: ...
+    def job_done(self, outcome: JobOutcome) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+class SilentReporter:
+    def plan(self, plan: Plan) -> None: ...
+    def job_start(self, job: Job, builds: int) -> None: ...
+    def trial_done(self, job: Job, trial: TrialRecord) -> None: ...
+    def job_done(self, outcome: JobOutcome) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+@dataclass
+class ApplyOptions:
+    only: list[str] = field(default_factory=list)
+    keep_going: bool = False
+    dry_run: bool = False
+
+
+@dataclass
+class JobOutcome:
+    job: Job
+    action: str
+    built: int = 0
+    reused: int = 0
+    failed: int = 0
+    selection: Selection | None = None
+    entry: dict[str, Any] | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class ApplyResult:
+    plan: Plan
+    outcomes: list[JobOutcome] = field(default_factory=list)
+    lock_written: bool = False
+    stopped_early: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if any(o.error for o in self.outcomes):
+            return EXIT_FAILED
+        if any(j.action == "blocked" and j.job.block_kind == "unavailable" for j in self.plan.jobs):
+            return EXIT_UNAVAILABLE
+        if any(j.action == "blocked" for j in self.plan.jobs):
+            return EXIT_USAGE
+        return EXIT_OK
+
+    @property
+    def built(self) -> int:
+        return sum(o.built for o in self.outcomes)
+
+
+def project_lock(project: Project) -> FileLock:
+    project.cache_path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(project.cache_path) + ".lock")
+
+
+def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list[str] | None = None) -> Plan:
+    jobs = project.select_jobs(only)
+    plan = make_plan(jobs, cache, lock, project.root, LossLookupFromBlobs(cache, project.store))
+    if only:
+        plan.removed = []  # a filtered run never drops other jobs' lock entries
+    return plan
+
+
+def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
+    stats = timing_stats(result.samples, seed=job.measurement.seed) if result.samples else None
+    return TrialRecord(
+        id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
+        signature=job.signature.hash if job.signature else "", backend=job.backend,
+        status=result.status if result.status != "ok" or stats else "crashed",
+        median_ms=stats.median if stats else None, ci_low=stats.ci_low if stats else None,
+        ci_high=stats.ci_high if stats else None, mean_ms=stats.mean if stats else None,
+        stdev_ms=stats.stdev if stats else None, samples=[float(f"{s:.6g}") for s in result.samples],
+        losses=result.losses, error=result.error, log=result.log[-20000:], build_s=result.build_s,
+        measure_s=result.measure_s, engine_sha256=result.engine_sha256,
+        outputs_sha256=result.outputs_sha256, meta=result.meta, **job.key_parts(),
+    )
+
+
+class Applier:
+    """Runs one apply over a project with one executor and one open cache."""
+
+    def __init__(self, project: Project, cache: CacheStore, lock: Lockfile, reporter: Reporter,
+                 options: ApplyOptions, executor: LocalExecutor) -> None:
+        self.project = project
+        self.cache = cache
+        self.lock = lock
+        self.reporter = reporter
+        self.options = options
+        self.executor = executor
+        self.store = project.store
+        self.lookup = LossLookupFromBlobs(cache, self.store)
+
+    # -- references ------------------------------------------------------------------------
+    def reference(self, job: Job) -> tuple[str, str]:
+        """(inputs sha, outputs sha) of the job's reference data, computed once and cached."""
+        cached = self.cache.reference(job.reference_key)
+        if cached and self.store.has(cached[0]) and self.store.has(cached[1]):
+            return cached
+        if job.reference_shas is not None:
+            ref = job.reference
+            ins = self.store.put_file(self.project.loaded.resolve(ref.inputs))  # type: ignore[union-attr]
+            outs = self.store.put_file(self.project.loaded.resolve(ref.outputs))  # type: ignore[union-attr]
+            self.cache.add_reference(job.reference_key, ins, outs)
+            return ins, outs
+        task = ReferenceTask(backend=job.backend, spec=job.build_spec({}), store_root=str(self.store.root),
+                             inputs=job.inputs, seed=job.measurement.seed)
+        result = self.executor.run(task, job.measurement.timeout_s)
+        if result.status != "ok":
+            raise _JobFailed(f"reference run failed ({result.status}): {result.error}")
+        self.cache.add_reference(job.reference_key, result.inputs_sha256, result.outputs_sha256)
+        return result.inputs_sha256, result.outputs_sha256
+
+    # -- trials ----------------------------------------------------------------------------
+    def run_trial(self, job: Job, route: str, ref: tuple[str, str]) -> TrialRecord:
+        task = TrialTask(
+            backend=job.backend, spec=job.build_spec(route_dict(route)), store_root=str(self.store.root),
+            inputs_sha=ref[0], reference_sha=ref[1], l0_params=job.l0_params,
+            warmup=job.measurement.warmup, iterations=job.measurement.iterations,
+            repeats=job.measurement.repeats, seed=job.measurement.seed,
+        )
+        result = self.executor.run(task, job.measurement.timeout_s)
+        record = to_record(job, route, result)
+        self.cache.add_trial(record, job.signature.fields if job.signature else None)
+        self.reporter.trial_done(job, record)
+        return record
+
+    def run_job(self, jp: JobPlan) -> JobOutcome:
+        job = jp.job
+        start = time.perf_counter()
+        outcome = JobOutcome(job=job, action=jp.action)
+        try:
+            trials = self.cache.group(job.group_key)
+            built = 0
+            if jp.action == "tune":
+                assert job.expression is not None and job.catalog is not None
+                ref = self.reference(job)
+                search = make_search(job.strategy.mode, job.expression, job.catalog)
+                budget = job.strategy.max_builds
+                self.reporter.job_start(job, len(jp.to_build))
+                while True:
+                    batch = search.next_batch(outcomes(trials, job.tolerance, self.lookup))
+                    if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
+                        batch = [DEFAULT_ROUTE, *batch]
+                    if not batch:
+                        break
+                    for route in batch:
+                        if budget is not None and built >= budget and route != DEFAULT_ROUTE:
+                            break
+                        trials[route] = self.run_trial(job, route, ref)
+                        built += 1
+                    else:
+                        continue
+                    break
+                cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, self.lookup))]
+                cands = [r for r in dict.fromkeys(cands) if r in trials]
+            else:
+                cands = list(jp.candidates)
+            outcome.built = built
+            outcome.reused = sum(1 for r in cands if r in trials) - built
+            outcome.failed = sum(1 for r in cands if r in trials and trials[r].status != "ok")
+            sel = select(trials, cands, job.tolerance, self.lookup)
+            outcome.selection = sel
+            if sel.winner is None:
+                raise _JobFailed(sel.summary)
+            winner = trials[sel.winner]
+            if not self.store.has(winner.engine_sha256):
+                self.reporter.message(f"{job.name}: engine of {describe(sel.winner)} is gone from the "
+                                      "store; rebuilding it")
+                winner = self.run_trial(job, sel.winner, self.reference(job))
+                trials[sel.winner] = winner
+                outcome.built += 1
+                if winner.status != "ok":
+                    raise _JobFailed(f"rebuilding the winner failed: {winner.error}")
+            outcome.entry = self.lock_entry(job, sel, winner, cands, outcome)
+            self.commit(job, outcome.entry)
+        except _JobFailed as exc:
+            outcome.error = str(exc)
+        outcome.seconds = time.perf_counter() - start
+        return outcome
+
+    def lock_entry(self, job: Job, sel: Selection, winner: TrialRecord, cands: list[str],
+                   outcome: JobOutcome) -> dict[str, Any]:
+        backend = registry.get(job.backend)
+        dest = self.project.engine_path(job, backend.engine_suffix)
+        self.store.materialize(winner.engine_sha256, dest)
+        previous = self.lock.jobs.get(job.name, {})
+        entry_counts = {"candidates": len(cands), "built": outcome.built, "reused": outcome.reused,
+                        "failed": outcome.failed}
+        if previous.get("route") == sel.winner and previous.get("engine", {}).get("sha256") == \
+                winner.engine_sha256 and outcome.built == 0:
+            entry_counts = previous.get("trials", entry_counts)  # a reselect that changes nothing
+        assert job.signature is not None
+        return {
+            "backend": job.backend,
+            "model": {"path": self.project.rel(job.model_path), "digest": job.model_digest},
+            "profile": job.profile,
+            "target": job.target,
+            "settings": job.settings,
+            "route": sel.winner,
+            "status": "ok",
+            "trial": winner.id,
+            "group_key": job.group_key,
+            "keys": job.key_parts(),
+            "signature": {"hash": job.signature.hash, "fields": job.signature.fields},
+            "tolerance_name": job.tolerance_name,
+            "tolerance": canonical.normalize(job.tolerance),
+            "tolerance_key": job.tolerance_key,
+            "strategy": {"name": job.strategy_name, "mode": job.strategy.mode},
+            "candidates_key": candidates_key(cands),
+            "timing": {"default_ms": sel.default_ms, "chosen_ms": sel.chosen_ms,
+                       "speedup": sel.speedup, "chosen_ci_ms": [winner.ci_low, winner.ci_high]},
+            "losses": winner.losses,
+            "engine": {"sha256": winner.engine_sha256, "path": self.project.rel(dest),
+                       "size": dest.stat().st_size},
+            "trials": entry_counts,
+        }
+
+    def commit(self, job: Job, entry: dict[str, Any]) -> None:
+        previous = self.lock.jobs.get(job.name)
+        if previous is None or previous.get("route") != entry["route"] or \
+                previous.get("engine", {}).get("sha256") != entry["engine"]["sha256"]:
+            reason = "first lock" if previous is None else (
+                f"winner changed from {describe(previous.get('route') or '')}"
+                if previous.get("route") != entry["route"] else "engine rebuilt")
+            self.cache.add_decision(job.name, entry["route"], previous.get("route") if previous else None,
+                                    reason, entry["engine"]["sha256"])
+        self.lock.jobs[job.name] = entry
+        self.lock.write()
+
+
+class _JobFailed(Exception):
+    pass
+
+
+def apply(project: Project, options: ApplyOptions | None = None, reporter: Reporter | None = None,
+          executor_factory: Callable[[], LocalExecutor] = LocalExecutor) -> ApplyResult:
+    """Bring caches, engines and tuning.lock in line with the manifest."""
+    options = options or ApplyOptions()
+    reporter = reporter or SilentReporter()
+    try:
+        guard = project_lock(project).acquire(timeout=0)
+    except Timeout as exc:
+        raise UsageError(f"another `trt-routes apply` is running on {project.cache_path}",
+                         "wait for it to finish (or remove a stale .lock file if none is running)") from exc
+    with guard:
+        cache = project.open_cache()
+        try:
+            lock = project.read_lock()
+            plan = compute_plan(project, cache, lock, options.only)
+            reporter.plan(plan)
+            result = ApplyResult(plan=plan)
+            if options.dry_run:
+                return result
+            with executor_factory() as executor:
+                applier = Applier(project, cache, lock, reporter, options, executor)
+                for jp in plan.jobs:
+                    if jp.action in ("blocked", "skipped"):
+                        continue
+                    if jp.action == "up-to-date":
+                        result.outcomes.append(JobOutcome(job=jp.job, action=jp.action, reused=jp.reused,
+                                                          entry=lock.jobs.get(jp.job.name)))
+                        continue
+                    outcome = applier.run_job(jp)
+                    result.outcomes.append(outcome)
+                    reporter.job_done(outcome)
+                    if outcome.error and not options.keep_going:
+                        result.stopped_early = True
+                        break
+            for name in plan.removed:
+                lock.jobs.pop(name, None)
+            result.lock_written = lock.write()
+            return result
+        finally:
+            cache.close()

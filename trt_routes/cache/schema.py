@@ -1,0 +1,58 @@
+"""SQLite schema of the trial cache and its migrations (PRAGMA user_version)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+from trt_routes.errors import CacheError
+
+
+def _v1(db: sqlite_utils.Database) -> None:
+    db["trials"].create(
+        {
+            "id": str, "group_key": str, "job": str, "route": str, "signature": str,
+            "model_digest": str, "shape_key": str, "settings_key": str, "protocol_key": str,
+            "reference_key": str, "backend": str, "status": str, "median_ms": float, "ci_low": float,
+            "ci_high": float, "mean_ms": float, "stdev_ms": float, "samples": str, "losses": str,
+            "error": str, "log": str, "build_s": float, "measure_s": float, "engine_sha256": str,
+            "outputs_sha256": str, "meta": str, "created_at": str, "host": str, "source": str,
+            "tool_version": str,
+        },
+        pk="id",
+        not_null={"group_key", "job", "route", "signature", "status"},
+    )
+    db["trials"].create_index(["group_key"])
+    db["trials"].create_index(["job", "created_at"])
+    db["signatures"].create({"hash": str, "fields": str, "first_seen": str}, pk="hash")
+    db["references"].create(
+        {"key": str, "inputs_sha256": str, "outputs_sha256": str, "created_at": str}, pk="key"
+    )
+    db["decisions"].create(
+        {"id": int, "job": str, "at": str, "route": str, "previous_route": str, "reason": str,
+         "engine_sha256": str},
+        pk="id",
+    )
+    db["decisions"].create_index(["job", "id"])
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(db: sqlite_utils.Database, path: str) -> None:
+    """Bring the database to SCHEMA_VERSION inside one transaction; refuse newer versions."""
+    current = db.execute("PRAGMA user_version").fetchone()[0]
+    if current > SCHEMA_VERSION:
+        raise CacheError(
+            f"{path}: trial cache schema version {current} is newer than this trt-routes understands "
+            f"({SCHEMA_VERSION})",
+            "upgrade trt-routes (pip install -U trt-routes), or point paths.cache at another file",
+        )
+    if current == SCHEMA_VERSION:
+        return
+    with db.conn:
+        for step in MIGRATIONS[current:]:
+            step(db)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

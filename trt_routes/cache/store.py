@@ -1,0 +1,212 @@
+"""SQLite store of trials through sqlite-utils. Only the coordinating process opens it.
+
+Each trial is written in its own transaction as soon as it finishes, so a killed run keeps every
+finished trial. A corrupt row is reported and skipped (it reads as a miss), never fatal."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from trt_routes import __version__
+from trt_routes.cache.schema import migrate
+from trt_routes.errors import CacheError
+
+LIGHT_COLUMNS = ", ".join(
+    ["id", "group_key", "job", "route", "signature", "model_digest", "shape_key", "settings_key",
+     "protocol_key", "reference_key", "backend", "status", "median_ms", "ci_low", "ci_high", "losses",
+     "error", "engine_sha256", "outputs_sha256", "created_at"])
+STATUSES = ("ok", "crashed", "timeout", "build-error", "accuracy-failed")
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class TrialRecord:
+    """One immutable measured fact: a route built and measured for one job under one signature."""
+
+    id: str
+    group_key: str
+    job: str
+    route: str
+    signature: str
+    model_digest: str
+    shape_key: str
+    settings_key: str
+    protocol_key: str
+    reference_key: str
+    backend: str
+    status: str
+    median_ms: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    mean_ms: float | None = None
+    stdev_ms: float | None = None
+    samples: list[float] = field(default_factory=list)
+    losses: dict[str, dict[str, float]] = field(default_factory=dict)
+    error: str = ""
+    log: str = ""
+    build_s: float | None = None
+    measure_s: float | None = None
+    engine_sha256: str = ""
+    outputs_sha256: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    created_at: str = field(default_factory=now)
+    host: str = field(default_factory=socket.gethostname)
+    source: str = "local"
+    tool_version: str = __version__
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        for key in ("samples", "losses", "meta"):
+            row[key] = json.dumps(row[key], allow_nan=True, separators=(",", ":"))
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> TrialRecord:
+        data = dict(row)
+        for key, empty in (("samples", "[]"), ("losses", "{}"), ("meta", "{}")):
+            data[key] = json.loads(data.get(key) or empty)
+        for key in ("error", "log", "engine_sha256", "outputs_sha256", "source", "tool_version", "host"):
+            data[key] = data.get(key) or ""
+        return cls(**data)
+
+
+class CacheStore:
+    """The trial cache at ``path`` (created on first use)."""
+
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise CacheError(f"no trial cache at {self.path}", "run `trt-routes apply` first")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite_utils.Database(self.path)
+            self.db.execute("PRAGMA busy_timeout = 10000")
+            if self.db.journal_mode != "wal":
+                self.db.enable_wal()
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            migrate(self.db, str(self.path))
+        except sqlite3.DatabaseError as exc:
+            raise CacheError(
+                f"{self.path}: cannot open the trial cache: {exc}",
+                "move the file away (trt-routes re-measures what it needs) or restore it from a backup",
+            ) from exc
+        self.warnings: list[str] = []
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> CacheStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes (coordinator only) -------------------------------------------------------------
+    def add_trial(self, trial: TrialRecord, signature_fields: dict[str, str] | None = None) -> None:
+        """Insert one trial in its own transaction (an existing id is replaced)."""
+        with self.db.conn:
+            if signature_fields is not None:
+                self.db["signatures"].insert(
+                    {"hash": trial.signature, "fields": json.dumps(signature_fields, sort_keys=True),
+                     "first_seen": trial.created_at},
+                    pk="hash", ignore=True,
+                )
+            self.db["trials"].insert(trial.to_row(), pk="id", replace=True)
+
+    def add_trials(self, trials: Iterable[TrialRecord], signatures: dict[str, dict[str, str]]) -> int:
+        """Insert many trials in one transaction; existing ids are kept (trials are immutable)."""
+        rows = [t.to_row() for t in trials]
+        with self.db.conn:
+            for sig, fields in signatures.items():
+                self.db["signatures"].insert(
+                    {"hash": sig, "fields": json.dumps(fields, sort_keys=True), "first_seen": now()},
+                    pk="hash", ignore=True,
+                )
+            before = self.db["trials"].count
+            self.db["trials"].insert_all(rows, pk="id", ignore=True, batch_size=500)
+            return self.db["trials"].count - before
+
+    def add_reference(self, key: str, inputs_sha: str, outputs_sha: str) -> None:
+        with self.db.conn:
+            self.db["references"].insert(
+                {"key": key, "inputs_sha256": inputs_sha, "outputs_sha256": outputs_sha,
+                 "created_at": now()}, pk="key", replace=True,
+            )
+
+    def add_decision(self, job: str, route: str | None, previous: str | None, reason: str,
+                     engine_sha: str) -> None:
+        with self.db.conn:
+            self.db["decisions"].insert(
+                {"job": job, "at": now(), "route": route, "previous_route": previous, "reason": reason,
+                 "engine_sha256": engine_sha}
+            )
+
+    def delete_trials(self, ids: Iterable[str]) -> None:
+        with self.db.conn:
+            for tid in ids:
+                self.db.execute("DELETE FROM trials WHERE id = ?", [tid])
+
+    # -- reads -----------------------------------------------------------------------------
+    def _records(self, rows: Iterator[dict[str, Any]]) -> list[TrialRecord]:
+        out = []
+        for row in rows:
+            try:
+                out.append(TrialRecord.from_row(row))
+            except (ValueError, TypeError) as exc:
+                self.warnings.append(f"corrupt trial row {row.get('id', '?')} skipped: {exc}")
+        return out
+
+    def group(self, group_key: str, *, light: bool = False) -> dict[str, TrialRecord]:
+        """Trials of one job group (same signature and job parts), by route.
+
+        ``light`` leaves out samples and logs (what plan needs is status, median and losses)."""
+        cols = LIGHT_COLUMNS if light else "*"
+        rows = self.db.query(f"SELECT {cols} FROM trials WHERE group_key = ?", [group_key])
+        return {t.route: t for t in self._records(rows)}
+
+    def trials_for_job(self, job: str) -> list[TrialRecord]:
+        rows = self.db.query("SELECT * FROM trials WHERE job = ? ORDER BY created_at, id", [job])
+        return self._records(rows)
+
+    def latest_for_job(self, job: str) -> TrialRecord | None:
+        rows = list(self.db.query(
+            "SELECT * FROM trials WHERE job = ? ORDER BY created_at DESC, id LIMIT 1", [job]))
+        recs = self._records(iter(rows))
+        return recs[0] if recs else None
+
+    def get(self, trial_id: str) -> TrialRecord | None:
+        rows = list(self.db.query("SELECT * FROM trials WHERE id = ?", [trial_id]))
+        recs = self._records(iter(rows))
+        return recs[0] if recs else None
+
+    def all_trials(self) -> list[TrialRecord]:
+        return self._records(self.db.query("SELECT * FROM trials ORDER BY id"))
+
+    def signature_fields(self, sig: str) -> dict[str, str] | None:
+        rows = list(self.db.query("SELECT fields FROM signatures WHERE hash = ?", [sig]))
+        return json.loads(rows[0]["fields"]) if rows else None
+
+    def reference(self, key: str) -> tuple[str, str] | None:
+        rows = list(self.db.query("SELECT * FROM [references] WHERE key = ?", [key]))
+        return (rows[0]["inputs_sha256"], rows[0]["outputs_sha256"]) if rows else None
+
+    def decisions(self, job: str) -> list[dict[str, Any]]:
+        return list(self.db.query("SELECT * FROM decisions WHERE job = ? ORDER BY id", [job]))
+
+    def count(self) -> int:
+        return self.db["trials"].count
+
+    def integrity_check(self) -> str:
+        return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])

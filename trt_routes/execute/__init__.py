@@ -1,0 +1,1 @@
+"""Executors: the only code that runs backends' build and measure, always in isolated workers."""

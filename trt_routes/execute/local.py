@@ -1,0 +1,101 @@
+"""Local executor: a reusable worker process per slot, a time limit per task, replacement on failure.
+
+A worker that dies (segfault, abort, os._exit) or overruns its time limit is killed and replaced;
+its task becomes a trial with status ``crashed`` or ``timeout`` and the run goes on."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+
+from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.execute.worker import serve
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "unknown"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+class Worker:
+    """One isolated worker process (spawned, so no state leaks from the coordinator)."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc: BaseProcess = ctx.Process(target=serve, args=(child,), daemon=True)
+        self._env = env or {}
+        self.proc.start()
+        child.close()
+
+    def run(self, task: TrialTask | ReferenceTask, timeout: float) -> tuple[TaskResult, bool]:
+        """Run ``task``; returns (result, worker_still_healthy)."""
+        try:
+            self.conn.send(task)
+        except (BrokenPipeError, OSError):
+            self.proc.join(1)
+            return TaskResult(status="crashed", error=f"worker died ({_signal_name(self.proc.exitcode)})"), False
+        if not self.conn.poll(timeout):
+            self.kill()
+            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
+        try:
+            result: TaskResult = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            return TaskResult(status="crashed",
+                              error=f"worker died with {_signal_name(self.proc.exitcode)}"), False
+        return result, result.status in ("ok",)
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(2)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(2)
+        self.conn.close()
+
+
+class LocalExecutor:
+    """Runs tasks one at a time in a reused worker; replaces the worker after any failure."""
+
+    def __init__(self) -> None:
+        self._worker: Worker | None = None
+        self.workers_started = 0
+
+    def run(self, task: TrialTask | ReferenceTask, timeout: float) -> TaskResult:
+        if self._worker is None:
+            self._worker = Worker()
+            self.workers_started += 1
+        result, healthy = self._worker.run(task, timeout)
+        if not healthy:
+            self._worker.kill() if result.status in ("timeout", "crashed") else self._worker.close()
+            self._worker = None
+        return result
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,53 @@
+"""What crosses the process boundary: picklable task and result records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trt_routes.backends.base import BuildSpec
+
+
+@dataclass(frozen=True)
+class TrialTask:
+    """Build ``spec.route``, check accuracy against the reference, then time it."""
+
+    backend: str
+    spec: BuildSpec
+    store_root: str  # the content-addressed blob store (engines, arrays)
+    inputs_sha: str
+    reference_sha: str
+    l0_params: tuple[tuple[float, float], ...]
+    warmup: int
+    iterations: int
+    repeats: int
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ReferenceTask:
+    """Generate inputs (or take given ones) and compute reference outputs."""
+
+    backend: str
+    spec: BuildSpec
+    store_root: str
+    inputs: dict[str, dict[str, Any]]  # name -> {"dtype", "low", "high", "shape"}
+    seed: int
+    given_inputs_sha: str = ""  # user-provided inputs already in the store
+
+
+@dataclass
+class TaskResult:
+    """What a worker returns. ``status`` follows the trial statuses of the cache."""
+
+    status: str
+    error: str = ""
+    log: str = ""
+    samples: list[float] = field(default_factory=list)
+    losses: dict[str, dict[str, float]] = field(default_factory=dict)
+    build_s: float | None = None
+    measure_s: float | None = None
+    engine_sha256: str = ""
+    outputs_sha256: str = ""
+    inputs_sha256: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)

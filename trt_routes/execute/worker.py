@@ -1,0 +1,123 @@
+"""The worker process: runs tasks it receives over a pipe until the pipe closes.
+
+Imports backends lazily, so one worker serves many trials of one backend without re-importing.
+Anything that goes wrong inside a task becomes a TaskResult; only a crash of the process itself
+(a signal, a hard exit) is seen by the coordinator as a dead worker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+
+from trt_routes import measure
+from trt_routes.artifacts import BlobStore
+from trt_routes.backends import registry
+from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+
+_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
+           "bool": np.bool_}
+
+
+def make_inputs(inputs: dict[str, dict[str, object]], seed: int) -> dict[str, np.ndarray]:
+    """Deterministic inputs: seeded uniform values in [low, high) of each input's dtype."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for name in sorted(inputs):
+        spec = inputs[name]
+        shape = [int(d) for d in spec["shape"]]  # type: ignore[attr-defined]
+        dtype = _DTYPES[str(spec.get("dtype", "float32"))]
+        low, high = float(spec.get("low", -1.0)), float(spec.get("high", 1.0))  # type: ignore[arg-type]
+        if np.issubdtype(dtype, np.integer):
+            feeds[name] = rng.integers(int(low), max(int(high), int(low) + 1), size=shape).astype(dtype)
+        elif dtype is np.bool_:
+            feeds[name] = rng.random(size=shape) < 0.5
+        else:
+            feeds[name] = rng.uniform(low, high, size=shape).astype(dtype)
+    return feeds
+
+
+def run_reference(task: ReferenceTask) -> TaskResult:
+    store = BlobStore(Path(task.store_root))
+    backend = registry.get(task.backend)
+    if task.given_inputs_sha:
+        feeds = store.get_arrays(task.given_inputs_sha)
+    else:
+        feeds = make_inputs(task.inputs, task.seed)
+    outputs = backend.reference(task.spec, feeds)
+    bad = measure.all_finite(outputs)
+    if bad:
+        return TaskResult(status="accuracy-failed",
+                          error=f"the reference itself has non-finite values in output(s) {', '.join(bad)}")
+    return TaskResult(status="ok", inputs_sha256=store.put_arrays(feeds),
+                      outputs_sha256=store.put_arrays(outputs))
+
+
+def run_trial(task: TrialTask) -> TaskResult:
+    store = BlobStore(Path(task.store_root))
+    backend = registry.get(task.backend)
+    work = Path(tempfile.mkdtemp(prefix="trial-", dir=task.spec.work_dir or None))
+    try:
+        engine_tmp = work / f"engine{backend.engine_suffix}"
+        t0 = time.perf_counter()
+        try:
+            log = backend.build(task.spec, engine_tmp)
+        except Exception as exc:  # a build error is a fact about the route, not a crash
+            return TaskResult(status="build-error", error=_one_line(exc), log=traceback.format_exc(limit=3),
+                              build_s=time.perf_counter() - t0)
+        build_s = time.perf_counter() - t0
+        engine_sha = store.put_file(engine_tmp, move=True)
+        t1 = time.perf_counter()
+        feeds = store.get_arrays(task.inputs_sha)
+        reference = store.get_arrays(task.reference_sha)
+        runner = backend.load(store.path(engine_sha), task.spec)
+        outputs = runner.run(feeds)
+        result = TaskResult(status="ok", log=log, build_s=build_s, engine_sha256=engine_sha,
+                            outputs_sha256=store.put_arrays(outputs))
+        bad = measure.all_finite(outputs)
+        result.losses = measure.losses(outputs, reference, task.l0_params)
+        if bad:
+            result.status = "accuracy-failed"
+            result.error = f"non-finite values in output(s) {', '.join(bad)}"
+        else:
+            result.samples = runner.time(feeds, task.warmup, task.iterations, task.repeats)
+        result.measure_s = time.perf_counter() - t1
+        result.meta = {"loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
+
+
+def serve(conn: Connection) -> None:
+    """Worker main loop."""
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return  # the coordinator is gone: exit quietly
+        if task is None:
+            return
+        try:
+            if isinstance(task, TrialTask):
+                result = run_trial(task)
+            elif isinstance(task, ReferenceTask):
+                result = run_reference(task)
+            else:
+                result = TaskResult(status="crashed", error=f"unknown task {type(task).__name__}")
+        except Exception as exc:
+            result = TaskResult(status="crashed", error=_one_line(exc), log=traceback.format_exc())
+        try:
+            conn.send(result)
+        except (BrokenPipeError, OSError):
+            return

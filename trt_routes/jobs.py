@@ -1,0 +1,236 @@
+"""Jobs: the manifest expanded to model x shape profile x target, each with its keys and signature.
+
+Resolving a job reads files (model digests) and asks backends for catalogs; it builds nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from trt_routes import PROTOCOL_VERSION, canonical
+from trt_routes.backends import registry
+from trt_routes.backends.base import Backend, BuildSpec
+from trt_routes.catalog import Catalog
+from trt_routes.errors import BackendUnavailable, RouteError, TrtRoutesError, UsageError
+from trt_routes.manifest.load import LoadedManifest
+from trt_routes.manifest.schema import (
+    DimRange,
+    Measurement,
+    ReferenceFiles,
+    Strategy,
+    Tolerance,
+    job_name,
+)
+from trt_routes.routes import Expression, parse_expression
+from trt_routes.signature import Environment, Signature, job_signature
+
+#: Why a job cannot run here. ``unavailable``: the backend is missing (apply exits 3);
+#: ``absent``: the target's hardware is not on this machine (skipped, other machines run it);
+#: ``invalid``: something in the manifest or its files must be fixed first.
+BLOCK_KINDS = ("unavailable", "absent", "invalid")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One thing to tune, with everything that identifies its trials."""
+
+    name: str
+    model: str
+    shape: str
+    target: str
+    backend: str
+    model_path: Path
+    model_digest: str
+    profile: dict[str, dict[str, list[int]]]
+    inputs: dict[str, dict[str, Any]]
+    reference: ReferenceFiles | str
+    reference_shas: tuple[str, str] | None  # (inputs, outputs) digests of user-given reference files
+    settings: dict[str, Any]
+    switch_group: str
+    expression: Expression | None
+    strategy_name: str
+    strategy: Strategy
+    tolerance_name: str
+    tolerance: Tolerance
+    measurement: Measurement
+    target_data: dict[str, Any]
+    signature: Signature | None = None
+    catalog: Catalog | None = None
+    reference_version: str = ""
+    blocked: str | None = None
+    block_kind: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def shape_key(self) -> str:
+        return canonical.digest(self.profile, 16)
+
+    @cached_property
+    def settings_key(self) -> str:
+        return canonical.digest(self.settings, 16)
+
+    @cached_property
+    def protocol_key(self) -> str:
+        return canonical.digest({**self.measurement.key_fields(), "protocol": PROTOCOL_VERSION}, 16)
+
+    @cached_property
+    def reference_key(self) -> str:
+        if self.reference_shas is not None:
+            return canonical.digest({"files": list(self.reference_shas)}, 16)
+        return canonical.digest(
+            {"auto": self.reference_version, "model": self.model_digest, "inputs": self.inputs,
+             "seed": self.measurement.seed}, 16)
+
+    @cached_property
+    def tolerance_key(self) -> str:
+        return canonical.digest(self.tolerance, 16)
+
+    @cached_property
+    def group_key(self) -> str:
+        """Everything a trial's key holds except the route."""
+        sig = self.signature.hash if self.signature else ""
+        return canonical.digest(
+            [sig, self.backend, self.model_digest, self.shape_key, self.settings_key, self.protocol_key,
+             self.reference_key], 32)
+
+    def trial_id(self, route: str) -> str:
+        return canonical.digest([self.group_key, route], 32)
+
+    def key_parts(self) -> dict[str, str]:
+        return {"model_digest": self.model_digest, "shape_key": self.shape_key,
+                "settings_key": self.settings_key, "protocol_key": self.protocol_key,
+                "reference_key": self.reference_key}
+
+    def build_spec(self, route: dict[str, str], work_dir: str = "") -> BuildSpec:
+        return BuildSpec(model_path=str(self.model_path), route=route, profile=self.profile,
+                         settings=dict(self.settings), target=self.target_data, work_dir=work_dir)
+
+    @property
+    def l0_params(self) -> tuple[tuple[float, float], ...]:
+        params = {(1e-5, 1e-5)}
+        for checks in [self.tolerance.checks, *self.tolerance.outputs.values()]:
+            for c in checks:
+                if c.metric == "l0":
+                    params.add((c.atol if c.atol is not None else 1e-5, c.rtol if c.rtol is not None else 1e-5))
+        return tuple(sorted(params))
+
+
+def _profile(shapes: dict[str, list[int] | DimRange]) -> dict[str, dict[str, list[int]]]:
+    out: dict[str, dict[str, list[int]]] = {}
+    for name, spec in sorted(shapes.items()):
+        if isinstance(spec, DimRange):
+            out[name] = {"min": list(spec.min), "opt": list(spec.opt), "max": list(spec.max)}
+        else:
+            out[name] = {"min": list(spec), "opt": list(spec), "max": list(spec)}
+    return out
+
+
+class Resolver:
+    """Expands a loaded manifest into jobs; caches digests, catalogs and parsed expressions."""
+
+    def __init__(self, loaded: LoadedManifest, env: Environment) -> None:
+        self.loaded = loaded
+        self.env = env
+        self._digests: dict[Path, str] = {}
+        self._backends: dict[str, Backend | BackendUnavailable | UsageError] = {}
+        self._expressions: dict[tuple[str, str], Expression] = {}
+
+    def backend(self, name: str) -> Backend | TrtRoutesError:
+        if name not in self._backends:
+            try:
+                backend = registry.get(name)
+                reason = backend.unavailable_reason()
+                self._backends[name] = (
+                    BackendUnavailable(reason, backend.install_hint) if reason else backend)
+            except (BackendUnavailable, UsageError) as exc:
+                self._backends[name] = exc
+        return self._backends[name]
+
+    def digest(self, path: Path) -> str | None:
+        if path not in self._digests:
+            if not path.is_file():
+                return None
+            self._digests[path] = canonical.file_sha256(path)
+        return self._digests[path]
+
+    def expression(self, group: str, catalog: Catalog, model: str) -> Expression:
+        key = (group, catalog.backend)
+        if key not in self._expressions:
+            text = self.loaded.manifest.switch_groups[group]
+            try:
+                self._expressions[key] = parse_expression(text, catalog, source=f"switch group '{group}'")
+            except RouteError as exc:
+                raise self.loaded.error(("switch_groups", group), exc.message, exc.hint) from exc
+        return self._expressions[key]
+
+    def jobs(self) -> list[Job]:
+        m = self.loaded.manifest
+        jobs: list[Job] = []
+        for mname, model in m.models.items():
+            eff = m.effective(mname)
+            backend = self.backend(eff.backend)
+            if isinstance(backend, UsageError):
+                raise self.loaded.error(("models", mname, "backend") if model.backend else
+                                        ("defaults", "backend"), backend.message, backend.hint)
+            path = self.loaded.resolve(model.path)
+            digest = self.digest(path)
+            ref_shas: tuple[str, str] | None = None
+            ref_missing = None
+            if isinstance(model.reference, ReferenceFiles):
+                pin, pout = (self.loaded.resolve(model.reference.inputs),
+                             self.loaded.resolve(model.reference.outputs))
+                din, dout = self.digest(pin), self.digest(pout)
+                if din is None or dout is None:
+                    ref_missing = f"reference file not found: {pin if din is None else pout}"
+                else:
+                    ref_shas = (din, dout)
+            strategy_name, strategy = m.strategy_for(mname)
+            tol_name = eff.tolerance or ""
+            catalog = backend.catalog() if isinstance(backend, Backend) else None
+            expression = (self.expression(eff.switch_group or "", catalog, mname)
+                          if catalog is not None else None)
+            for sname, shapes in model.shapes.items():
+                profile = _profile(shapes)
+                inputs = {
+                    name: {**(model.inputs[name].model_dump() if name in model.inputs else
+                              {"dtype": "float32", "low": -1.0, "high": 1.0}),
+                           "shape": dims["opt"]}
+                    for name, dims in profile.items()
+                }
+                for tname in eff.targets or []:
+                    target = m.targets[tname]
+                    blocked, kind = None, None
+                    hardware = self.env.match(target)
+                    signature = None
+                    if isinstance(backend, TrtRoutesError):
+                        blocked, kind = str(backend.message), "unavailable"
+                    elif (why := backend.supports(target.model_dump())) is not None:
+                        blocked, kind = why, "invalid"
+                    elif hardware is None:
+                        blocked, kind = self.env.describe_missing(target), "absent"
+                    elif digest is None:
+                        blocked, kind = f"model file not found: {path}", "invalid"
+                    elif ref_missing:
+                        blocked, kind = ref_missing, "invalid"
+                    if isinstance(backend, Backend) and hardware is not None and catalog is not None:
+                        signature = job_signature(hardware, backend.software(), catalog.digest)
+                    jobs.append(Job(
+                        name=job_name(mname, sname, tname), model=mname, shape=sname, target=tname,
+                        backend=eff.backend, model_path=path, model_digest=digest or "",
+                        profile=profile, inputs=inputs, reference=model.reference,
+                        reference_shas=ref_shas, settings=dict(eff.settings),
+                        switch_group=eff.switch_group or "", expression=expression,
+                        strategy_name=strategy_name, strategy=strategy, tolerance_name=tol_name,
+                        tolerance=m.tolerances[tol_name], measurement=m.measurement,
+                        target_data={"name": tname, **target.model_dump(), "device": hardware or {}},
+                        signature=signature, catalog=catalog,
+                        reference_version=backend.reference_version() if isinstance(backend, Backend) else "",
+                        blocked=blocked, block_kind=kind,
+                    ))
+        return jobs
+
+
+def resolve_jobs(loaded: LoadedManifest, env: Environment) -> list[Job]:
+    return Resolver(loaded, env).jobs()

@@ -1,0 +1,172 @@
+"""plan(): a pure diff of manifest jobs x trial cache x lockfile x environment -> Plan.
+
+It builds nothing and writes nothing. Every job gets one action and the reasons for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trt_routes import canonical
+from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.jobs import Job
+from trt_routes.lockfile import Lockfile
+from trt_routes.manifest.schema import Tolerance
+from trt_routes.routes import describe
+from trt_routes.search import Outcome, make_search
+from trt_routes.select import DEFAULT_ROUTE, LossLookup, gate, select
+
+ACTIONS = ("up-to-date", "tune", "reselect", "materialize", "blocked", "skipped")
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    job: Job
+    action: str
+    reasons: tuple[str, ...]
+    to_build: tuple[str, ...] = ()
+    reused: int = 0
+    pending: str | None = None
+    candidates: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job.name, "action": self.action, "reasons": list(self.reasons),
+                "to_build": list(self.to_build), "reused": self.reused, "pending": self.pending,
+                "candidates": len(self.candidates)}
+
+
+@dataclass
+class Plan:
+    jobs: list[JobPlan]
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.removed) or any(j.action in ("tune", "reselect", "materialize") for j in self.jobs)
+
+    @property
+    def builds(self) -> int:
+        return sum(len(j.to_build) for j in self.jobs)
+
+    def to_json(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for j in self.jobs:
+            counts[j.action] = counts.get(j.action, 0) + 1
+        return {"jobs": [j.to_json() for j in self.jobs], "removed": self.removed, "counts": counts,
+                "builds": self.builds, "has_work": self.has_work}
+
+
+def outcomes(trials: dict[str, TrialRecord], tolerance: Tolerance,
+             lookup: LossLookup | None = None) -> dict[str, Outcome]:
+    """What a search sees of cached trials: ok (built, finite, within tolerance) and the median."""
+    return {
+        route: Outcome(ok=t.status == "ok" and t.median_ms is not None and not gate(t, tolerance, lookup),
+                       median_ms=t.median_ms)
+        for route, t in trials.items()
+    }
+
+
+def candidates_key(candidates: list[str] | tuple[str, ...]) -> str:
+    return canonical.digest(sorted(set(candidates)), 16)
+
+
+def _checks_text(tol: dict[str, Any]) -> str:
+    def one(checks: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{c['metric']}<{c['threshold']:g}" for c in checks)
+    text = one(tol.get("checks", []))
+    for out, checks in sorted((tol.get("outputs") or {}).items()):
+        text += f"; {out}: {one(checks)}"
+    return text
+
+
+def tolerance_change(name: str, old: dict[str, Any] | None, new: Tolerance) -> str:
+    new_d = canonical.normalize(new)
+    if not old:
+        return f"tolerance '{name}' not recorded in the lock"
+    return f"tolerance '{name}' changed: {_checks_text(old)} -> {_checks_text(new_d)}"
+
+
+def stale_reasons(job: Job, old: dict[str, Any], old_signature: dict[str, str] | None) -> list[str]:
+    """Why trials recorded under ``old`` key parts do not serve ``job`` now, field by field."""
+    reasons = []
+    if old.get("model_digest") and old["model_digest"] != job.model_digest:
+        reasons.append("model digest changed")
+    if job.signature is not None and old_signature is not None and old_signature != job.signature.fields:
+        reasons.append("stale: " + "; ".join(job.signature.diff(old_signature)))
+    for key, text in (("shape_key", "shape profile changed"), ("settings_key", "build settings changed"),
+                      ("protocol_key", "measurement protocol changed"),
+                      ("reference_key", "reference data changed")):
+        if old.get(key) and old[key] != getattr(job, key):
+            reasons.append(text)
+    return reasons
+
+
+def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
+             lookup: LossLookup | None = None) -> JobPlan:
+    if job.blocked:
+        return JobPlan(job, "skipped" if job.block_kind == "absent" else "blocked", (job.blocked,))
+    assert job.expression is not None and job.catalog is not None
+    trials = cache.group(job.group_key, light=True)
+    search = make_search(job.strategy.mode, job.expression, job.catalog)
+    known = outcomes(trials, job.tolerance, lookup)
+    batch = search.next_batch(known)
+    if DEFAULT_ROUTE not in known and DEFAULT_ROUTE not in batch:
+        batch = [DEFAULT_ROUTE, *batch]
+    cands = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates(known), *batch]))
+    pending = search.pending(known)
+    reused = sum(1 for r in cands if r in trials)
+    entry = lock.jobs.get(job.name)
+    if batch or pending:
+        reasons: list[str] = []
+        if entry is not None:
+            reasons = stale_reasons(job, entry.get("keys", {}), entry.get("signature", {}).get("fields"))
+        elif (latest := cache.latest_for_job(job.name)) is not None and latest.group_key != job.group_key:
+            reasons = stale_reasons(job, latest.__dict__, cache.signature_fields(latest.signature))
+        if not reasons:
+            if entry is None and not trials:
+                reasons.append("new job: never tuned")
+            else:
+                shown = ", ".join(describe(r) for r in batch[:4]) + (", ..." if len(batch) > 4 else "")
+                reasons.append(f"{len(batch)} route(s) not measured yet: {shown}" if batch else
+                               "search continues")
+        if pending:
+            reasons.append(pending)
+        return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands)
+    sel = select(trials, list(cands), job.tolerance, lookup)
+    if entry is None:
+        return JobPlan(job, "reselect", (f"every route is cached ({len(cands)}): select and lock, no builds",),
+                       (), reused, None, cands)
+    reasons = []
+    if entry.get("group_key") != job.group_key:
+        reasons += stale_reasons(job, entry.get("keys", {}), entry.get("signature", {}).get("fields")) or [
+            "job keys changed"]
+    if entry.get("tolerance_key") != job.tolerance_key:
+        reasons.append(tolerance_change(job.tolerance_name, entry.get("tolerance"), job.tolerance))
+    if entry.get("candidates_key") != candidates_key(cands):
+        reasons.append("candidate routes changed (switch group or strategy)")
+    if entry.get("strategy") != {"name": job.strategy_name, "mode": job.strategy.mode}:
+        reasons.append(f"strategy changed to '{job.strategy_name}' ({job.strategy.mode})")
+    if (entry.get("route") if entry.get("status") == "ok" else None) != sel.winner:
+        reasons.append(f"winner changed: {describe(entry.get('route') or '')} -> "
+                       f"{describe(sel.winner) if sel.winner is not None else 'none'}")
+    if reasons:
+        return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands)
+    engine = entry.get("engine") or {}
+    if engine.get("sha256"):
+        path = root / engine.get("path", "")
+        if not path.is_file():
+            return JobPlan(job, "materialize", (f"engine missing at {engine.get('path')}",), (), reused,
+                           None, cands)
+        if path.stat().st_size != engine.get("size", -1):
+            return JobPlan(job, "materialize", (f"engine at {engine.get('path')} differs from the lock",),
+                           (), reused, None, cands)
+    return JobPlan(job, "up-to-date", ("up to date",), (), reused, None, cands)
+
+
+def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
+              lookup: LossLookup | None = None) -> Plan:
+    """The plan for every job; lock entries of jobs no longer in the manifest are listed as removed."""
+    names = {j.name for j in jobs}
+    return Plan(jobs=[plan_job(j, cache, lock, root, lookup) for j in jobs],
+                removed=sorted(set(lock.jobs) - names))

@@ -1,0 +1,99 @@
+"""A project: the loaded manifest, its resolved paths, the environment and its jobs."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from trt_routes import measure
+from trt_routes.artifacts import BlobStore
+from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.jobs import Job, resolve_jobs
+from trt_routes.lockfile import Lockfile
+from trt_routes.manifest.load import LoadedManifest, load_manifest
+from trt_routes.manifest.schema import Check
+from trt_routes.signature import Environment, detect
+
+
+@dataclass
+class Project:
+    loaded: LoadedManifest
+    env: Environment = field(default_factory=detect)
+
+    @property
+    def root(self) -> Path:
+        return self.loaded.path.parent
+
+    @property
+    def cache_path(self) -> Path:
+        return self.loaded.resolve(self.loaded.manifest.paths.cache)
+
+    @property
+    def store(self) -> BlobStore:
+        return BlobStore(self.loaded.resolve(self.loaded.manifest.paths.engines))
+
+    @property
+    def lock_path(self) -> Path:
+        return self.loaded.resolve(self.loaded.manifest.paths.lockfile)
+
+    @property
+    def out_dir(self) -> Path:
+        return self.loaded.resolve(self.loaded.manifest.paths.out)
+
+    @cached_property
+    def jobs(self) -> list[Job]:
+        return resolve_jobs(self.loaded, self.env)
+
+    def select_jobs(self, patterns: list[str] | None) -> list[Job]:
+        if not patterns:
+            return self.jobs
+        return [j for j in self.jobs if any(fnmatch.fnmatchcase(j.name, p) for p in patterns)]
+
+    def read_lock(self) -> Lockfile:
+        return Lockfile.read(self.lock_path, self.loaded.path.name)
+
+    def open_cache(self, create: bool = True) -> CacheStore:
+        return CacheStore(self.cache_path, create=create)
+
+    def engine_path(self, job: Job, suffix: str) -> Path:
+        return self.out_dir / job.model / job.shape / f"{job.target}{suffix}"
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+
+def open_project(manifest: Path | str, env: Environment | None = None) -> Project:
+    loaded = load_manifest(manifest)
+    return Project(loaded, env or detect())
+
+
+class LossLookupFromBlobs:
+    """Computes a loss a trial did not store (l0 at new atol/rtol) from its stored outputs."""
+
+    def __init__(self, cache: CacheStore, store: BlobStore) -> None:
+        self.cache = cache
+        self.store = store
+        self._memo: dict[tuple[str, str, str], float | None] = {}
+
+    def __call__(self, trial: TrialRecord, output: str, check: Check) -> float | None:
+        key = (trial.id, output, check.key)
+        if key not in self._memo:
+            self._memo[key] = self._compute(trial, output, check)
+        return self._memo[key]
+
+    def _compute(self, trial: TrialRecord, output: str, check: Check) -> float | None:
+        ref = self.cache.reference(trial.reference_key)
+        if ref is None or not self.store.has(trial.outputs_sha256) or not self.store.has(ref[1]):
+            return None
+        outs = self.store.get_arrays(trial.outputs_sha256)
+        refs = self.store.get_arrays(ref[1])
+        if output not in outs or output not in refs:
+            return None
+        return measure.loss(check.metric, outs[output], refs[output],
+                            atol=check.atol if check.atol is not None else 1e-5,
+                            rtol=check.rtol if check.rtol is not None else 1e-5)

@@ -1,0 +1,147 @@
+"""Selection: a pure function of (trials, candidates, tolerance) that picks the winner and says
+why every other route lost. Accuracy decides eligibility; the median time ranks the eligible."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from trt_routes.cache.store import TrialRecord
+from trt_routes.manifest.schema import Check, Tolerance
+from trt_routes.routes import describe
+
+DEFAULT_ROUTE = ""
+
+#: Computes a loss the trial did not store (e.g. l0 at new atol/rtol) or returns None.
+LossLookup = Callable[[TrialRecord, str, Check], float | None]
+
+RULE = ("eligible = built, every output finite and every loss strictly below its threshold; "
+        "winner = lowest median latency among eligible routes (ties: default route, then fewer knobs)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    route: str
+    status: str
+    eligible: bool
+    reason: str
+    median_ms: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    failed_checks: tuple[str, ...] = ()
+    trial_id: str = ""
+
+
+@dataclass(frozen=True)
+class Selection:
+    winner: str | None
+    default_ms: float | None
+    chosen_ms: float | None
+    verdicts: tuple[Verdict, ...]
+    summary: str
+    rule: str = RULE
+    missing: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default_ms and self.chosen_ms:
+            return self.default_ms / self.chosen_ms
+        return None
+
+    def verdict(self, route: str) -> Verdict | None:
+        return next((v for v in self.verdicts if v.route == route), None)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def gate(trial: TrialRecord, tolerance: Tolerance, lookup: LossLookup | None = None) -> list[str]:
+    """Failed checks of ``trial`` as human strings; empty when the trial passes."""
+    failures: list[str] = []
+    for output in sorted(trial.losses):
+        per = trial.losses[output]
+        for check in tolerance.checks_for(output):
+            value = per.get(check.key)
+            if value is None and lookup is not None:
+                value = lookup(trial, output, check)
+            if value is None:
+                failures.append(f"{output}: {check.key} not measured")
+            elif not math.isfinite(value) or value >= check.threshold:
+                failures.append(f"{output}: {check.key} {_fmt(value)} >= {_fmt(check.threshold)}")
+    for output in sorted(set(tolerance.outputs) - set(trial.losses)):
+        failures.append(f"{output}: tolerance names an output the model does not have")
+    return failures
+
+
+def _status_reason(trial: TrialRecord) -> str:
+    if trial.status == "crashed":
+        return f"crashed: {trial.error or 'worker died'}"
+    if trial.status == "timeout":
+        return f"timed out: {trial.error}"
+    if trial.status == "build-error":
+        return f"build error: {trial.error}"
+    if trial.status == "accuracy-failed":
+        return f"accuracy failed: {trial.error}"
+    return trial.status
+
+
+def _rank(v: Verdict) -> tuple[float, int, int, str]:
+    return (v.median_ms if v.median_ms is not None else math.inf, 0 if v.route == DEFAULT_ROUTE else 1,
+            len(v.route.split()), v.route)
+
+
+def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: Tolerance,
+           lookup: LossLookup | None = None) -> Selection:
+    """Pick the fastest eligible candidate. Routes without a trial are listed in ``missing``."""
+    routes = list(dict.fromkeys([DEFAULT_ROUTE, *candidates]))
+    prelim: list[Verdict] = []
+    missing: list[str] = []
+    for route in routes:
+        trial = trials.get(route)
+        if trial is None:
+            missing.append(route)
+            continue
+        if trial.status != "ok" or trial.median_ms is None:
+            prelim.append(Verdict(route, trial.status, False, _status_reason(trial), trial.median_ms,
+                                  trial.ci_low, trial.ci_high, trial_id=trial.id))
+            continue
+        failures = gate(trial, tolerance, lookup)
+        prelim.append(Verdict(route, trial.status, not failures,
+                              "failed accuracy gate: " + "; ".join(failures) if failures else "",
+                              trial.median_ms, trial.ci_low, trial.ci_high, tuple(failures), trial.id))
+    eligible = sorted((v for v in prelim if v.eligible), key=_rank)
+    default = trials.get(DEFAULT_ROUTE)
+    default_ms = default.median_ms if default is not None and default.status == "ok" else None
+    winner = eligible[0] if eligible else None
+    verdicts: list[Verdict] = []
+    for v in prelim:
+        if winner is not None and v.route == winner.route:
+            if default_ms:
+                vs = f"{default_ms / v.median_ms:.2f}x vs default {_fmt(default_ms)} ms"  # type: ignore[operator]
+            else:
+                vs = "the default route is not eligible"
+            reason = ("winner: fastest eligible route, " if v.route != DEFAULT_ROUTE else
+                      "winner: the default route is the fastest eligible route, ") + \
+                     f"{_fmt(v.median_ms)} ms ({vs})"  # type: ignore[arg-type]
+            verdicts.append(Verdict(**{**v.__dict__, "reason": reason}))
+        elif v.eligible and winner is not None:
+            slower = (v.median_ms / winner.median_ms - 1) * 100  # type: ignore[operator]
+            reason = (f"slower: {_fmt(v.median_ms)} ms, +{slower:.1f}% vs winner"  # type: ignore[arg-type]
+                      if slower > 0 else f"tied with the winner at {_fmt(v.median_ms)} ms; "  # type: ignore[arg-type]
+                      "the tie-break prefers the default route, then fewer knobs")
+            verdicts.append(Verdict(**{**v.__dict__, "reason": reason}))
+        else:
+            verdicts.append(v)
+    if winner is None:
+        summary = "no eligible route: every candidate failed to build, crashed or failed the accuracy gate"
+    elif winner.route == DEFAULT_ROUTE:
+        summary = f"default route kept: no eligible route was faster ({_fmt(winner.median_ms)} ms)"  # type: ignore[arg-type]
+    else:
+        summary = (f"{describe(winner.route)} chosen: {_fmt(winner.median_ms)} ms"  # type: ignore[arg-type]
+                   + (f", {default_ms / winner.median_ms:.2f}x faster than the default route"  # type: ignore[operator]
+                      if default_ms else ", the default route is not eligible"))
+    return Selection(winner=winner.route if winner else None, default_ms=default_ms,
+                     chosen_ms=winner.median_ms if winner else None, verdicts=tuple(verdicts),
+                     summary=summary, missing=tuple(missing))

@@ -1,0 +1,115 @@
+"""Environment detection and signatures: what measured facts depend on besides the job.
+
+A signature is a flat dict of named string fields, hashed with the one canonical serializer and
+diffable field by field. Volatile values (times, hostnames, clocks) never enter it."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import platform
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from trt_routes import PROTOCOL_VERSION, canonical
+from trt_routes.manifest.schema import Target
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Named fields plus their hash."""
+
+    fields: dict[str, str]
+
+    @property
+    def hash(self) -> str:
+        return canonical.digest(self.fields, 16)
+
+    def diff(self, old: dict[str, str]) -> list[str]:
+        """Human lines 'field: old -> new' for every field that differs from ``old``."""
+        out = []
+        for key in sorted(set(old) | set(self.fields)):
+            a, b = old.get(key, "(none)"), self.fields.get(key, "(none)")
+            if a != b:
+                out.append(f"{key} {a} -> {b}")
+        return out
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What this machine has: its CPU and its GPUs (each a dict of signature fields)."""
+
+    cpu: dict[str, str]
+    gpus: tuple[dict[str, str], ...] = field(default_factory=tuple)
+
+    def match(self, target: Target) -> dict[str, str] | None:
+        """Hardware fields of the first device matching ``target``, or None when absent."""
+        if target.kind == "cpu":
+            return {"device": "cpu", **self.cpu}
+        for gpu in self.gpus:
+            if target.name and not fnmatch.fnmatch(gpu.get("gpu_name", ""), target.name):
+                continue
+            if target.compute_capability and gpu.get("compute_capability") != target.compute_capability:
+                continue
+            return {"device": "gpu", **gpu}
+        return None
+
+    def describe_missing(self, target: Target) -> str:
+        want = " and ".join(
+            p for p in (f"name '{target.name}'" if target.name else "",
+                        f"compute capability {target.compute_capability}"
+                        if target.compute_capability else "") if p
+        )
+        have = ", ".join(g.get("gpu_name", "?") for g in self.gpus) or "no NVIDIA GPU"
+        return f"no GPU matching {want} on this machine (found: {have})"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_fields() -> dict[str, str]:
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_count": str(len(cores)),
+        "arch": platform.machine(),
+        "os": platform.system(),
+    }
+
+
+def gpu_fields() -> list[dict[str, str]]:
+    """GPUs through cuda-python / NVML where present; [] on a CPU-only machine."""
+    if os.environ.get("TRT_ROUTES_NO_GPU"):
+        return []
+    try:
+        from trt_routes.backends.cuda_device import gpu_fields as detect
+    except ImportError:
+        return []
+    try:
+        return detect()
+    except Exception:  # detection is best effort: a broken driver means "no GPU here"
+        return []
+
+
+@cache
+def detect() -> Environment:
+    """This machine's environment (detected once per process)."""
+    return Environment(cpu=cpu_fields(), gpus=tuple(gpu_fields()))
+
+
+def job_signature(hardware: dict[str, str], software: dict[str, str], catalog_digest: str,
+                  extra: dict[str, Any] | None = None) -> Signature:
+    """The signature of a job: matched hardware + backend software + catalog + protocol."""
+    fields = {**hardware, **software, "catalog": catalog_digest, "protocol": PROTOCOL_VERSION}
+    for key, value in (extra or {}).items():
+        fields[key] = str(value)
+    return Signature({k: str(v) for k, v in fields.items()})
