@@ -312,7 +312,8 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
                         break
             for name in plan.removed:
                 lock.jobs.pop(name, None)
-            result.lock_written = lock.write()
+            lock.write()
+            result.lock_written = lock.writes > 0
             return result
         finally:
             cache.close()

@@ -33,11 +33,24 @@ def _round(value: Any) -> Any:
     return value
 
 
+class _Dumper(yaml.SafeDumper):
+    """Lists of scalars (shapes, intervals) in flow style: short and diff-friendly."""
+
+
+def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = all(not isinstance(v, (dict, list)) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _list)
+
+
 @dataclass
 class Lockfile:
     path: Path
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     manifest_name: str = "tuning.yaml"
+    writes: int = 0
 
     @classmethod
     def read(cls, path: Path, manifest_name: str = "tuning.yaml") -> Lockfile:
@@ -65,7 +78,8 @@ class Lockfile:
     def render(self) -> str:
         body = {"lock_version": LOCK_VERSION,
                 "jobs": {name: _round(canonical.normalize(entry)) for name, entry in sorted(self.jobs.items())}}
-        text = yaml.safe_dump(body, sort_keys=True, default_flow_style=False, allow_unicode=True, width=100)
+        text = yaml.dump(body, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True,
+                         width=100)
         return HEADER.format(manifest=self.manifest_name) + text
 
     def write(self) -> bool:
@@ -74,4 +88,5 @@ class Lockfile:
         if self.path.exists() and self.path.read_text(encoding="utf-8") == text:
             return False
         atomic_write_text(self.path, text)
+        self.writes += 1
         return True

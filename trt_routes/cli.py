@@ -1,0 +1,268 @@
+"""The command line: parse, call one library function, render. The only module importing typer,
+and the one place where errors become exit codes (0 ok, 1 work found by --check, 2 usage/manifest/
+lockfile error, 3 backend unavailable, 4 trials failed, 130 interrupted)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from trt_routes import __version__
+from trt_routes.errors import BackendUnavailable, TrialsFailed, TrtRoutesError
+
+app = typer.Typer(
+    name="trt-routes",
+    help="Declarative, cached and auditable build-route tuning (TensorRT, ONNX Runtime).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ManifestOpt = Annotated[Path, typer.Option("--manifest", "-m", help="Path to tuning.yaml.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="Job name pattern (fnmatch); repeatable.")]
+
+T = TypeVar("T")
+
+
+def _console(stderr: bool = False) -> Console:
+    terminal = (sys.stderr if stderr else sys.stdout).isatty()
+    return Console(stderr=stderr, width=None if terminal else 160, soft_wrap=not terminal)
+
+
+def _run(fn: Callable[[], T]) -> T:
+    """Run a command body; user errors become one clear message and an exit code."""
+    err = _console(stderr=True)
+    try:
+        return fn()
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        err.print("interrupted: every finished trial is kept; run the same command again to resume")
+        raise typer.Exit(130) from None
+    except TrtRoutesError as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        code = 3 if isinstance(exc, BackendUnavailable) else 4 if isinstance(exc, TrialsFailed) else 2
+        raise typer.Exit(code) from None
+
+
+def _json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _project(manifest: Path) -> Any:
+    from trt_routes.project import open_project
+
+    return open_project(manifest)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"trt-routes {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Show the version and exit.")] = False,
+) -> None:
+    """Declarative, cached and auditable build-route tuning."""
+
+
+@app.command()
+def validate(manifest: ManifestOpt = Path("tuning.yaml")) -> None:
+    """Check tuning.yaml: schema, references, switch groups against each backend's catalog."""
+
+    def body() -> None:
+        project = _project(manifest)
+        jobs = project.jobs
+        out = _console()
+        out.print(f"{manifest}: ok ({len(project.loaded.manifest.models)} model(s), {len(jobs)} job(s))")
+        for job in jobs:
+            if job.blocked:
+                out.print(f"  note: {job.name} cannot run here: {job.blocked}")
+
+    _run(body)
+
+
+@app.command()
+def schema(out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to FILE.")] = None) -> None:
+    """Print the JSON Schema of tuning.yaml (for editors)."""
+    from trt_routes.artifacts import atomic_write_text
+    from trt_routes.manifest.load import manifest_json_schema
+
+    text = json.dumps(manifest_json_schema(), indent=2, sort_keys=True) + "\n"
+    if out:
+        atomic_write_text(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def knobs(
+    knob: Annotated[str | None, typer.Argument(help="Show only this knob.")] = None,
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend whose catalog to show.")] = "onnxruntime",
+    expr: Annotated[str | None, typer.Option("--expr", help="Print switch group GROUP of the manifest "
+                                             "as a trtexec --tuneBuildRoutes expression.")] = None,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """List a backend's knobs with defaults and help (like trtexec --helpBuildRoute)."""
+
+    def body() -> None:
+        from trt_routes.backends import registry
+        from trt_routes.report.console import render_knobs
+
+        if expr is not None:
+            from trt_routes.manifest.load import load_manifest
+            from trt_routes.routes import parse_expression
+
+            loaded = load_manifest(manifest)
+            groups = loaded.manifest.switch_groups
+            if expr not in groups:
+                from trt_routes.errors import UsageError
+
+                raise UsageError(f"no switch group '{expr}' in {manifest}",
+                                 f"groups: {', '.join(sorted(groups)) or 'none'}")
+            typer.echo(f"--tuneBuildRoutes=\"{parse_expression(groups[expr], source=expr).text()}\"")
+            return
+        catalog = registry.require(backend).catalog()
+        if knob and catalog.get(knob) is None and catalog.get("-" + knob.lstrip("-")) is None:
+            import difflib
+
+            from trt_routes.errors import UsageError
+
+            close = difflib.get_close_matches(knob, catalog.options, n=1)
+            raise UsageError(f"{backend} has no knob '{knob}'",
+                             f"did you mean '{close[0]}'?" if close else "run `trt-routes knobs` to list them")
+        if as_json:
+            _json(catalog.to_json())
+        else:
+            render_knobs(catalog, _console(), knob)
+
+    _run(body)
+
+
+@app.command()
+def plan(
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when there is work (for CI).")] = False,
+    as_json: JsonOpt = False,
+    only: OnlyOpt = None,
+) -> None:
+    """Show what apply would do for each job, and why. Builds nothing, writes nothing."""
+
+    def body() -> int:
+        from trt_routes.apply import compute_plan
+        from trt_routes.report.console import render_plan
+
+        project = _project(manifest)
+        lock = project.read_lock()
+        with project.open_cache() as cache:
+            the_plan = compute_plan(project, cache, lock, only)
+        if as_json:
+            _json(the_plan.to_json())
+        else:
+            render_plan(the_plan, _console())
+        return 1 if check and the_plan.has_work else 0
+
+    raise typer.Exit(_run(body))
+
+
+@app.command()
+def apply(
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    only: OnlyOpt = None,
+    keep_going: Annotated[bool, typer.Option("--keep-going", help="Go on after a job fails; exit 4.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the routes that would be built.")] = False,
+    as_json: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Losses and build times per trial.")] = False,
+) -> None:
+    """Tune what is missing or stale, then materialize engines and write tuning.lock."""
+
+    def body() -> int:
+        from trt_routes.apply import ApplyOptions
+        from trt_routes.apply import apply as do_apply
+        from trt_routes.report.console import PlainReporter, RichReporter, render_dry_run, render_summary
+
+        project = _project(manifest)
+        out = _console(stderr=as_json)
+        cls = RichReporter if out.is_terminal and not as_json else PlainReporter
+        reporter = cls(out, verbose=verbose, quiet=quiet or as_json)
+        try:
+            result = do_apply(project, ApplyOptions(only=only or [], keep_going=keep_going, dry_run=dry_run),
+                              reporter)
+        finally:
+            reporter.close()
+        if dry_run:
+            render_dry_run(result.plan, out)
+            return 0
+        if as_json:
+            _json({"exit_code": result.exit_code, "built": result.built, "lock_written": result.lock_written,
+                   "jobs": [{"job": o.job.name, "action": o.action, "built": o.built, "reused": o.reused,
+                             "error": o.error, "lock": o.entry} for o in result.outcomes],
+                   "plan": result.plan.to_json()})
+        else:
+            render_summary(result, out)
+        code = result.exit_code
+        if code == 3:
+            _console(stderr=True).print("some jobs need a backend that is unavailable here (see the plan); "
+                                        "install it or run those jobs elsewhere")
+        return code
+
+    raise typer.Exit(_run(body))
+
+
+@app.command()
+def status(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False) -> None:
+    """Lockfile against cache against engines on disk."""
+
+    def body() -> int:
+        from trt_routes.report.console import render_status
+        from trt_routes.status import status as do_status
+
+        rows = do_status(_project(manifest))
+        if as_json:
+            _json([r.to_json() for r in rows])
+        else:
+            render_status(rows, _console())
+        return 0 if all(r.state in ("ok", "blocked") for r in rows) else 1
+
+    raise typer.Exit(_run(body))
+
+
+@app.command()
+def explain(
+    job: Annotated[str, typer.Argument(help="Job name, e.g. resnet-like/bs8/cpu.")],
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Why a job's route was chosen: every trial, its verdict, and the lock history."""
+
+    def body() -> None:
+        from trt_routes.explain import explain as do_explain
+        from trt_routes.report.console import render_explain
+
+        ex = do_explain(_project(manifest), job)
+        if as_json:
+            _json(ex.to_json())
+        else:
+            render_explain(ex, _console())
+
+    _run(body)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Rendering: rich tables and progress on a terminal, plain lines elsewhere, JSON on request."""

@@ -1,0 +1,230 @@
+"""Renderers for plan, apply progress and summary, explain, status and knobs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from trt_routes.apply import ApplyResult, JobOutcome
+from trt_routes.cache.store import TrialRecord
+from trt_routes.catalog import Catalog
+from trt_routes.explain import Explanation
+from trt_routes.jobs import Job
+from trt_routes.plan import Plan
+from trt_routes.routes import describe
+from trt_routes.status import JobStatus
+
+ACTION_STYLE = {"up-to-date": "green", "tune": "yellow", "reselect": "cyan", "materialize": "cyan",
+                "blocked": "red", "skipped": "dim"}
+
+
+def ms(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+
+def loss_text(losses: dict[str, dict[str, float]], keys: list[str] | None = None) -> str:
+    parts = []
+    for out in sorted(losses):
+        vals = losses[out]
+        shown = [k for k in (keys or ["cos", "lInf"]) if k in vals]
+        parts.append(f"{out}: " + " ".join(f"{k}={vals[k]:.2g}" for k in shown))
+    return "; ".join(parts) or "-"
+
+
+def render_plan(plan: Plan, console: Console) -> None:
+    table = Table(title="Plan", title_justify="left", show_lines=False)
+    for col in ("job", "action", "builds", "reused", "reason"):
+        table.add_column(col, overflow="fold")
+    for jp in plan.jobs:
+        table.add_row(jp.job.name, f"[{ACTION_STYLE.get(jp.action, '')}]{jp.action}[/]",
+                      str(len(jp.to_build)), str(jp.reused), "\n".join(jp.reasons))
+    for name in plan.removed:
+        table.add_row(name, "[magenta]remove[/]", "0", "0", "no longer in the manifest: drop its lock entry")
+    console.print(table)
+    if not plan.has_work:
+        console.print("Nothing to do: every job is up to date.")
+    else:
+        console.print(f"{plan.builds} build(s) to run now.")
+
+
+def render_dry_run(plan: Plan, console: Console) -> None:
+    for jp in plan.jobs:
+        if not jp.to_build:
+            continue
+        console.print(f"{jp.job.name}: {len(jp.to_build)} route(s) to build")
+        for route in jp.to_build:
+            console.print(f"  {describe(route)}")
+        if jp.pending:
+            console.print(f"  (+ {jp.pending})")
+
+
+def summary_table(result: ApplyResult) -> Table:
+    table = Table(title="Summary", title_justify="left")
+    for col in ("job", "default ms", "chosen ms", "speedup", "chosen route", "built", "reused", "note"):
+        table.add_column(col, overflow="fold")
+    for o in result.outcomes:
+        entry = o.entry or {}
+        timing = entry.get("timing") or {}
+        speed = timing.get("speedup")
+        trials = entry.get("trials") or {}
+        built = o.built if o.action != "up-to-date" else 0
+        reused = o.reused if o.action != "up-to-date" else trials.get("candidates", 0)
+        note = o.error or ("up to date" if o.action == "up-to-date" else o.action)
+        table.add_row(o.job.name, ms(timing.get("default_ms")), ms(timing.get("chosen_ms")),
+                      f"{speed:.2f}x" if speed else "-",
+                      describe(entry["route"]) if "route" in entry else "-", str(built), str(reused),
+                      f"[red]{note}[/]" if o.error else note)
+    for jp in result.plan.jobs:
+        if jp.action in ("blocked", "skipped"):
+            table.add_row(jp.job.name, "-", "-", "-", "-", "0", "0",
+                          f"[{ACTION_STYLE[jp.action]}]{jp.action}: {jp.reasons[0]}[/]")
+    return table
+
+
+def render_summary(result: ApplyResult, console: Console) -> None:
+    console.print(summary_table(result))
+    if result.built == 0 and not any(o.error for o in result.outcomes) and \
+            all(o.action == "up-to-date" for o in result.outcomes):
+        console.print("Every job is up to date; nothing was built.")
+    else:
+        console.print(f"Built {result.built} trial(s); lockfile "
+                      f"{'written' if result.lock_written else 'unchanged'}.")
+
+
+class PlainReporter:
+    """One line per event: for logs and CI."""
+
+    def __init__(self, console: Console, verbose: bool = False, quiet: bool = False) -> None:
+        self.console = console
+        self.verbose = verbose
+        self.quiet = quiet
+        self.done = 0
+        self.total = 0
+
+    def plan(self, plan: Plan) -> None:
+        self.total = plan.builds
+        if not self.quiet:
+            render_plan(plan, self.console)
+
+    def job_start(self, job: Job, builds: int) -> None:
+        if not self.quiet:
+            self.console.print(f"tuning {job.name}: {builds} build(s)")
+
+    def trial_done(self, job: Job, trial: TrialRecord) -> None:
+        self.done += 1
+        if self.quiet:
+            return
+        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {trial.error[:120]}"
+        self.console.print(f"  [{self.done}/{max(self.total, self.done)}] {job.name} "
+                           f"{describe(trial.route)}: {trial.status}{extra}")
+        if self.verbose and trial.losses:
+            self.console.print(f"      losses {loss_text(trial.losses)}; build {trial.build_s or 0:.2f} s")
+
+    def job_done(self, outcome: JobOutcome) -> None:
+        if outcome.error:
+            self.console.print(f"[red]{outcome.job.name}: failed: {outcome.error}[/]")
+        elif not self.quiet and outcome.selection is not None:
+            self.console.print(f"{outcome.job.name}: {outcome.selection.summary}")
+
+    def message(self, text: str) -> None:
+        self.console.print(text)
+
+    def close(self) -> None:
+        pass
+
+
+class RichReporter(PlainReporter):
+    """A progress bar with ETA from measured trial times, over the plain lines."""
+
+    def __init__(self, console: Console, verbose: bool = False, quiet: bool = False) -> None:
+        super().__init__(console, verbose, quiet)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=console, transient=True)
+        self.task: Any = None
+
+    def plan(self, plan: Plan) -> None:
+        super().plan(plan)
+        if plan.builds:
+            self.progress.start()
+            self.task = self.progress.add_task("trials", total=plan.builds)
+
+    def trial_done(self, job: Job, trial: TrialRecord) -> None:
+        super().trial_done(job, trial)
+        if self.task is not None:
+            total = max(self.progress.tasks[0].total or 0, self.done)
+            self.progress.update(self.task, completed=self.done, total=total,
+                                 description=f"{job.name}")
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+
+
+def render_explain(ex: Explanation, console: Console) -> None:
+    job = ex.job
+    console.print(f"[bold]{job.name}[/]  backend {job.backend}, strategy '{job.strategy_name}' "
+                  f"({job.strategy.mode}), switch group '{job.switch_group}', tolerance '{job.tolerance_name}'")
+    if job.blocked:
+        console.print(f"[red]blocked:[/] {job.blocked}")
+    sel = ex.selection
+    if sel is None:
+        console.print("No trials under this job's current signature and keys"
+                      + (f" ({ex.other_groups} older group(s) of trials exist: run `trt-routes plan` "
+                         "to see why they no longer apply)" if ex.other_groups else "") + ".")
+    else:
+        console.print(f"Decision: {sel.summary}")
+        console.print(f"Rule: {sel.rule}")
+        checks = ", ".join(f"{c.metric} < {c.threshold:g}" for c in job.tolerance.checks)
+        console.print(f"Tolerance: {checks}" + "".join(
+            f"; output {o}: " + ", ".join(f"{c.metric} < {c.threshold:g}" for c in cs)
+            for o, cs in sorted(job.tolerance.outputs.items())))
+        table = Table(show_lines=False)
+        for col in ("route", "status", "median ms", "95% CI", "losses", "build s", "verdict"):
+            table.add_column(col, overflow="fold")
+        verdicts = {v.route: v for v in sel.verdicts}
+        for t in ex.trials:
+            v = verdicts.get(t.route)
+            style = "bold green" if t.route == sel.winner else ""
+            table.add_row(f"[{style}]{describe(t.route)}[/]" if style else describe(t.route), t.status,
+                          ms(t.median_ms), f"{ms(t.ci_low)}-{ms(t.ci_high)}" if t.ci_low else "-",
+                          loss_text(t.losses), f"{t.build_s:.3f}" if t.build_s is not None else "-",
+                          v.reason if v else "not a candidate of the current search")
+        console.print(table)
+    if ex.signature:
+        console.print("Signature: " + ", ".join(f"{k}={v}" for k, v in sorted(ex.signature.items())))
+    if ex.lock:
+        eng = ex.lock.get("engine", {})
+        console.print(f"Locked: {describe(ex.lock.get('route') or '')} -> {eng.get('path')} "
+                      f"(sha256 {str(eng.get('sha256'))[:12]})")
+    if ex.decisions:
+        console.print("History:")
+        for d in ex.decisions:
+            console.print(f"  {d['at']}  {describe(d['route'] or '')}  ({d['reason']})")
+
+
+def render_status(rows: list[JobStatus], console: Console) -> None:
+    table = Table(title="Status", title_justify="left")
+    for col in ("job", "state", "route", "detail"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        style = "green" if r.state == "ok" else ("dim" if r.state == "blocked" else "red")
+        table.add_row(r.job, f"[{style}]{r.state}[/]", describe(r.route) if r.route is not None else "-", r.detail)
+    console.print(table)
+
+
+def render_knobs(catalog: Catalog, console: Console, knob: str | None = None) -> None:
+    """Like trtexec --helpBuildRoute: one block per knob."""
+    console.print(f"{catalog.backend} {catalog.version}"
+                  + (f", tuner {catalog.tuner_version}" if catalog.tuner_version else "")
+                  + f": {len(catalog)} knobs (catalog {catalog.digest})")
+    for k in catalog.knobs:
+        if knob and k.option != knob and k.option.lstrip("-") != knob.lstrip("-"):
+            continue
+        console.print(f"  {k.allowed_text()}  (default {k.default}, {k.phase})", markup=False, highlight=False)
+        if k.help:
+            console.print(f"      {k.help}", markup=False, highlight=False)
