@@ -1,0 +1,27 @@
+"""Shared pytest fixtures: the quickstart models generated fresh into a temp folder."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAKE_MODELS = REPO / "recipes" / "quickstart" / "make_models.py"
+
+
+def load_make_models() -> ModuleType:
+    """Import ``recipes/quickstart/make_models.py`` from its file path (it is not a package module)."""
+    spec = importlib.util.spec_from_file_location("quickstart_make_models", MAKE_MODELS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``resnet_like`` and ``transformer_block`` .onnx files, freshly generated (not the committed bytes)."""
+    return load_make_models().write_models(tmp_path_factory.mktemp("models"))  # type: ignore[no-any-return]

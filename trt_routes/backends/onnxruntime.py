@@ -1,0 +1,403 @@
+"""ONNX Runtime (CPU) backend: the engine is ORT's optimized model, saved by a session with the route's knobs.
+
+Build-phase knobs choose the graph optimizations; runtime-phase knobs are session options applied on load."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from trt_routes.backends.base import Backend, BuildSpec, Feeds, time_on_host
+from trt_routes.catalog import Catalog, Knob
+from trt_routes.errors import RouteError
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+#: Bumped whenever the meaning of a knob (its mapping onto ORT) changes; enters the catalog.
+KNOBS_VERSION = "ort-knobs/1"
+PROVIDER = "CPUExecutionProvider"
+
+LEVELS: dict[str, str] = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",  # onnxruntime >= 1.22
+    "all": "ORT_ENABLE_ALL",
+}
+EXECUTION_MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
+# MEMORY_EFFICIENT is left out: it fails session creation in non-training builds.
+EXECUTION_ORDERS = {"default": "DEFAULT", "priority_based": "PRIORITY_BASED"}
+
+#: ``-disable:<Name>`` knobs -> the ORT graph transformer / rewrite rule names passed to
+#: ``InferenceSession(disabled_optimizers=...)``, and what each one fuses (for the help text).
+#: Each name was checked against onnxruntime 1.32 by its effect on an optimized graph (see the tests).
+DISABLE: dict[str, tuple[tuple[str, ...], str]] = {
+    "NchwcTransformer": (("NchwcTransformer",),
+                         "level layout/all: rewrites Conv/pooling into MLAS NCHWc blocked-layout kernels "
+                         "(com.microsoft.nchwc domain, fused activation and residual Add) with "
+                         "ReorderInput/ReorderOutput at the boundaries. The engine is specific to the CPU's "
+                         "SIMD width: ORT warns that such a model should only run where it was optimized"),
+    "ConvBNFusion": (("ConvBNFusion",), "basic: folds BatchNormalization into the preceding Conv's weights"),
+    "ConvActivationFusion": (("ConvActivationFusion",),
+                             "extended: Conv + Relu/Clip/Sigmoid/... -> com.microsoft FusedConv"),
+    "ConvAddActivationFusion": (("ConvAddActivationFusion",),
+                                "extended: Conv + residual Add + Relu -> FusedConv with a sum input "
+                                "(fires when NchwcTransformer does not)"),
+    "GemmActivationFusion": (("GemmActivationFusion",), "extended: Gemm + activation -> FusedGemm"),
+    "MatMulAddFusion": (("MatMulAddFusion",),
+                        "basic: MatMul + bias Add -> Gemm (inputs of rank > 2 get Reshapes around the Gemm; "
+                        "needs static shapes, see -free_dimension_overrides)"),
+    "MatMulScaleFusion": (("MatMulScaleFusion",),
+                          "extended: MatMul with a scalar Mul/Div before or after it -> FusedMatMul"),
+    "ReshapeFusion": (("ReshapeFusion",),
+                      "basic: folds Shape/Gather/Concat chains into constant Reshape targets"),
+    "GeluFusion": (("GeluFusionL1", "GeluFusionL2"),
+                   "the Erf formula x*0.5*(1+erf(x/sqrt2)) -> Gelu (ONNX Gelu at basic for opset >= 20, "
+                   "com.microsoft Gelu at extended)"),
+    "BiasGeluFusion": (("BiasGeluFusion",), "extended: bias Add + Gelu -> com.microsoft BiasGelu"),
+    "QuickGeluFusion": (("QuickGeluFusion",), "extended: x*sigmoid(x) -> com.microsoft QuickGelu"),
+    "LayerNormFusion": (("LayerNormFusionL1", "LayerNormFusionL2"),
+                        "the ReduceMean/Sub/Pow/Sqrt/Div pattern -> LayerNormalization"),
+    "SkipLayerNormFusion": (("SkipLayerNormFusion",),
+                            "extended: residual Add + LayerNormalization -> SkipLayerNormalization"),
+    "ConstantFolding": (("ConstantFolding",), "basic: evaluates nodes whose inputs are all constant"),
+    "CommonSubexpressionElimination": (("CommonSubexpressionElimination",),
+                                       "basic: merges identical nodes computing the same value"),
+    "TransposeOptimizer": (("TransposeOptimizer", "TransposeOptimizer_CPUExecutionProvider"),
+                           "basic and layout: pushes Transposes through other ops and cancels inverse pairs"),
+}
+
+_NP_TYPES: dict[str, Any] = {
+    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_MODIFIED = re.compile(r"GraphTransformer (\S+) modified: (\d+)")
+_STDERR_LOCK = threading.Lock()
+
+
+def _ort() -> Any:
+    import onnxruntime
+
+    return onnxruntime
+
+
+def _flag(option: str, default: str, text: str) -> Knob:
+    return Knob(option, ("0", "1"), default, text, "runtime")
+
+
+def _build_catalog() -> Catalog:
+    ort = _ort()
+    levels = tuple(k for k, v in LEVELS.items() if hasattr(ort.GraphOptimizationLevel, v))
+    knobs: list[Knob] = [
+        Knob("-graph_optimization_level", levels, "all",
+             "SessionOptions.graph_optimization_level: which graph transformers run before the optimized "
+             "model is saved. disabled: none; basic: semantics-preserving rewrites (constant folding, "
+             "redundant node removal, Conv+BN, MatMul+Add); extended: ORT contrib fusions (FusedConv, "
+             "BiasGelu, FusedMatMul, Attention, SkipLayerNorm...); layout: adds layout optimizations "
+             "(NCHWc on CPU); all: everything. Levels layout/all write hardware-specific NCHWc ops that "
+             "reload fine on the same CPU.", "build"),
+        Knob("-free_dimension_overrides", ("off", "on"), "off",
+             "on: SessionOptions.add_free_dimension_override_by_name for every symbolic input dimension "
+             "that the job's shape profile fixes (min == max), so the optimizer sees static shapes "
+             "(enables MatMulAddFusion on rank-3 inputs, ReshapeFusion, more constant folding). The "
+             "engine then accepts only those dimensions. No-op for dimensions the profile leaves "
+             "dynamic. off: ORT's default, no overrides.", "build"),
+        Knob("-enable_gelu_approximation", ("0", "1"), "0",
+             "session config optimization.enable_gelu_approximation: 1 rewrites Gelu/BiasGelu into the "
+             "tanh approximation FastGelu. Changes results slightly (about 1e-3), so the accuracy gate "
+             "decides.", "build"),
+    ]
+    for name, (ort_names, what) in DISABLE.items():
+        knobs.append(Knob(
+            f"-disable:{name}", ("off", "on"), "off",
+            f"on: pass {', '.join(ort_names)} in InferenceSession(disabled_optimizers=...) so this "
+            f"transformer does not run. It does: {what}. No effect at levels that do not run it.", "build"))
+    knobs += [
+        Knob("-execution_mode", tuple(EXECUTION_MODES), "sequential",
+             "SessionOptions.execution_mode: parallel runs independent branches of the graph concurrently "
+             "on the inter-op thread pool; sequential runs nodes one at a time.", "runtime"),
+        Knob("-execution_order", tuple(EXECUTION_ORDERS), "default",
+             "SessionOptions.execution_order: the topological order nodes run in (default: ORT's order; "
+             "priority_based: by node priority). memory_efficient is left out: it needs a training build.",
+             "runtime"),
+        Knob("-intra_op_num_threads", None, "0",
+             "SessionOptions.intra_op_num_threads: threads used inside one operator (MLAS GEMM/Conv). "
+             "0 lets ORT choose (one per physical core).", "runtime"),
+        Knob("-inter_op_num_threads", None, "0",
+             "SessionOptions.inter_op_num_threads: threads running independent nodes; only used with "
+             "-execution_mode=parallel. 0 lets ORT choose.", "runtime"),
+        _flag("-allow_spinning", "1",
+              "session config session.intra_op.allow_spinning: 1 lets idle intra-op threads spin before "
+              "blocking (lower latency, more CPU burned); 0 makes them block at once."),
+        Knob("-dynamic_block_base", None, "0",
+             "session config session.dynamic_block_base: with a positive value the thread pool splits "
+             "parallel loops into shrinking blocks starting at N / (threads * base), which can cut latency "
+             "variance; 0 keeps ORT's static partition.", "runtime"),
+        _flag("-disable_prepacking", "0",
+              "session config session.disable_prepacking: 1 stops ORT from re-packing constant weights "
+              "into kernel-friendly layouts when the session loads (less memory, usually slower GEMM/Conv)."),
+        _flag("-enable_mem_pattern", "1",
+              "SessionOptions.enable_mem_pattern: 1 plans one arena block for all intermediate tensors "
+              "after the first run with a given input shape."),
+        _flag("-enable_cpu_mem_arena", "1",
+              "SessionOptions.enable_cpu_mem_arena: 1 serves CPU allocations from ORT's arena; 0 uses "
+              "malloc/free directly."),
+        _flag("-set_denormal_as_zero", "0",
+              "session config session.set_denormal_as_zero: 1 sets flush-to-zero and denormals-are-zero in "
+              "the session's threads (faster on denormal-heavy models, may change results)."),
+    ]
+    return Catalog(backend="onnxruntime", version=str(ort.__version__), knobs=tuple(knobs),
+                   tuner_version=KNOBS_VERSION)
+
+
+@contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """Capture what native code writes to file descriptor 2 (ORT's log sink) into the yielded list."""
+    lines: list[str] = []
+    with _STDERR_LOCK, tempfile.TemporaryFile(mode="w+b") as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", errors="replace")
+            lines.extend(_ANSI.sub("", line) for line in text.splitlines() if line.strip())
+
+
+def _summarize_log(lines: list[str]) -> list[str]:
+    """Warnings and errors as ORT wrote them, plus which transformers changed the graph."""
+    kept = [line for line in lines if "[W:" in line or "[E:" in line or "[F:" in line]
+    applied = sorted({m.group(1) for line in lines if (m := _MODIFIED.search(line)) and m.group(2) != "0"})
+    return [*kept, f"transformers that modified the graph: {', '.join(applied) or 'none'}"]
+
+
+def _op_counts(path: Path) -> str:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    counts = Counter(f"{n.domain + ':' if n.domain else ''}{n.op_type}" for n in model.graph.node)
+    return ", ".join(f"{op} x{count}" for op, count in sorted(counts.items()))
+
+
+def _cast_feeds(feeds: Mapping[str, np.ndarray], types: Mapping[str, Any]) -> Feeds:
+    out: Feeds = {}
+    for name, value in feeds.items():
+        dtype = types.get(name)
+        arr = np.asarray(value)
+        out[name] = np.ascontiguousarray(arr, dtype=dtype) if dtype is not None else arr
+    return out
+
+
+def free_dimension_overrides(model_path: str,
+                             profile: Mapping[str, Mapping[str, list[int]]]) -> dict[str, int]:
+    """Symbolic input dimensions that ``profile`` fixes (min == max everywhere they occur): name -> value.
+
+    A dimension name seen with different or dynamic values in any input is left out, because ORT
+    overrides a symbolic dimension by name for the whole graph."""
+    import onnx
+
+    model = onnx.load(model_path, load_external_data=False)
+    values: dict[str, set[int | None]] = {}
+    for inp in model.graph.input:
+        dims = profile.get(inp.name)
+        if dims is None or not inp.type.HasField("tensor_type"):
+            continue
+        for axis, dim in enumerate(inp.type.tensor_type.shape.dim):
+            if not dim.dim_param:
+                continue
+            lo, hi = dims["min"][axis], dims["max"][axis]
+            values.setdefault(dim.dim_param, set()).add(lo if lo == hi else None)
+    return {name: next(iter(v)) for name, v in sorted(values.items())  # type: ignore[misc]
+            if len(v) == 1 and None not in v}
+
+
+class OnnxRuntimeRunner:
+    """A loaded ORT engine (the optimized model) with the route's runtime knobs applied."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self.input_types = {i.name: _NP_TYPES.get(i.type) for i in session.get_inputs()}
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, feeds: Feeds) -> Feeds:
+        outputs = self.session.run(self.output_names, _cast_feeds(feeds, self.input_types))
+        return dict(zip(self.output_names, (np.asarray(o) for o in outputs), strict=True))
+
+    def time(self, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
+        prepared = _cast_feeds(feeds, self.input_types)
+        names = self.output_names
+        run = self.session.run
+        return time_on_host(lambda f: run(names, f), prepared, warmup, iterations, repeats)
+
+
+class OnnxRuntimeBackend(Backend):
+    """ONNX Runtime on the CPU execution provider."""
+
+    name: ClassVar[str] = "onnxruntime"
+    engine_suffix: ClassVar[str] = ".onnx"
+    install_hint: ClassVar[str] = "pip install onnxruntime"
+
+    def __init__(self) -> None:
+        self._catalog: Catalog | None = None
+        self._references: dict[str, Any] = {}
+        self._reference_lock = threading.Lock()
+
+    # -- coordinator side -------------------------------------------------------------------
+    def unavailable_reason(self) -> str | None:
+        try:
+            ort = _ort()
+        except ImportError as exc:
+            return f"onnxruntime cannot be imported: {exc}"
+        if PROVIDER not in ort.get_available_providers():
+            return f"this onnxruntime build has no {PROVIDER}"
+        return None
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = _build_catalog()
+        return self._catalog
+
+    def software(self) -> dict[str, str]:
+        ort = _ort()
+        try:
+            from onnxruntime.capi import build_and_package_info
+
+            package = str(build_and_package_info.package_name)
+        except ImportError:
+            package = "onnxruntime"
+        return {"backend": self.name, "backend_version": str(ort.__version__), "package": package,
+                "providers": PROVIDER}
+
+    def supports(self, target: Mapping[str, Any]) -> str | None:
+        if target.get("kind") == "cpu":
+            return None
+        return "the onnxruntime backend tunes CPU targets only"
+
+    # -- route handling ---------------------------------------------------------------------
+    def _route(self, route: Mapping[str, str]) -> dict[str, str]:
+        """Every knob's value for ``route`` (defaults filled in); raises RouteError on a bad route."""
+        catalog = self.catalog()
+        values = {k.option: k.default for k in catalog.knobs}
+        for option, value in route.items():
+            knob = catalog.get(option)
+            if knob is None:
+                raise RouteError(f"unknown onnxruntime knob '{option}'",
+                                 "run 'trt-routes knobs' to list them")
+            if not knob.allows(value):
+                raise RouteError(f"{option}={value} is not allowed", f"allowed: {knob.allowed_text()}")
+            values[option] = value
+        return values
+
+    def _build_options(self, spec: BuildSpec,
+                       values: Mapping[str, str]) -> tuple[Any, list[str], dict[str, int]]:
+        ort = _ort()
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                              LEVELS[values["-graph_optimization_level"]])
+        so.intra_op_num_threads = 1  # the graph does not depend on it; keeps builds light
+        so.log_severity_level = 1  # info: ORT then names every transformer that modified the graph
+        so.add_session_config_entry("optimization.enable_gelu_approximation",
+                                    values["-enable_gelu_approximation"])
+        overrides: dict[str, int] = {}
+        if values["-free_dimension_overrides"] == "on":
+            overrides = free_dimension_overrides(spec.model_path, spec.profile)
+            for dim, size in overrides.items():
+                so.add_free_dimension_override_by_name(dim, size)
+        disabled = sorted({n for name, (ort_names, _) in DISABLE.items()
+                           if values[f"-disable:{name}"] == "on" for n in ort_names})
+        return so, disabled, overrides
+
+    def _runtime_options(self, values: Mapping[str, str]) -> Any:
+        ort = _ort()
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # run the engine as saved
+        so.execution_mode = getattr(ort.ExecutionMode, EXECUTION_MODES[values["-execution_mode"]])
+        so.execution_order = getattr(ort.ExecutionOrder, EXECUTION_ORDERS[values["-execution_order"]])
+        so.intra_op_num_threads = int(values["-intra_op_num_threads"])
+        so.inter_op_num_threads = int(values["-inter_op_num_threads"])
+        so.enable_mem_pattern = values["-enable_mem_pattern"] == "1"
+        so.enable_cpu_mem_arena = values["-enable_cpu_mem_arena"] == "1"
+        so.add_session_config_entry("session.intra_op.allow_spinning", values["-allow_spinning"])
+        so.add_session_config_entry("session.dynamic_block_base", values["-dynamic_block_base"])
+        so.add_session_config_entry("session.disable_prepacking", values["-disable_prepacking"])
+        so.add_session_config_entry("session.set_denormal_as_zero", values["-set_denormal_as_zero"])
+        return so
+
+    # -- worker side ------------------------------------------------------------------------
+    def build(self, spec: BuildSpec, engine_path: Path) -> str:
+        """Optimize ``spec.model_path`` with the route's build knobs; the saved optimized model is the engine.
+
+        Runtime knobs do not enter the engine (routes that differ only in them build identical bytes).
+        Free dimension overrides are applied only with ``-free_dimension_overrides=on``."""
+        ort = _ort()
+        values = self._route(spec.route)
+        so, disabled, overrides = self._build_options(spec, values)
+        engine_path = Path(engine_path)
+        engine_path.parent.mkdir(parents=True, exist_ok=True)
+        engine_path.unlink(missing_ok=True)
+        so.optimized_model_filepath = str(engine_path)
+        error: Exception | None = None
+        with _captured_stderr() as lines:
+            try:
+                ort.InferenceSession(spec.model_path, so, providers=[PROVIDER],
+                                     disabled_optimizers=disabled or None)
+            except Exception as exc:
+                error = exc
+        log = _summarize_log(lines)
+        if error is not None:
+            raise RuntimeError(f"onnxruntime could not optimize {spec.model_path}: {error}\n"
+                               + "\n".join(log))
+        if not engine_path.is_file() or engine_path.stat().st_size == 0:
+            raise RuntimeError(f"onnxruntime wrote no optimized model to {engine_path}\n" + "\n".join(log))
+        build_knobs = {k: v for k, v in sorted(spec.route.items())
+                       if (knob := self.catalog().get(k)) is not None and knob.phase == "build"}
+        header = [
+            f"onnxruntime {ort.__version__} {PROVIDER}",
+            f"build knobs: {' '.join(f'{k}={v}' for k, v in build_knobs.items()) or '(defaults)'}",
+            f"disabled_optimizers: {', '.join(disabled) or 'none'}",
+            f"free dimension overrides: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}",
+            f"optimized graph: {_op_counts(engine_path)}",
+        ]
+        return "\n".join([*header, *log]) + "\n"
+
+    def load(self, engine_path: Path, spec: BuildSpec) -> OnnxRuntimeRunner:
+        ort = _ort()
+        so = self._runtime_options(self._route(spec.route))
+        session = ort.InferenceSession(str(engine_path), so, providers=[PROVIDER])
+        return OnnxRuntimeRunner(session)
+
+    def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
+        """The original model at ``basic`` optimization (default session otherwise), one session per model."""
+        runner = self._reference_runner(spec.model_path)
+        return runner.run(feeds)
+
+    def _reference_runner(self, model_path: str) -> OnnxRuntimeRunner:
+        key = os.path.abspath(model_path)
+        with self._reference_lock:
+            runner = self._references.get(key)
+            if runner is None:
+                ort = _ort()
+                so = ort.SessionOptions()
+                so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+                runner = OnnxRuntimeRunner(ort.InferenceSession(key, so, providers=[PROVIDER]))
+                self._references[key] = runner
+            return runner  # type: ignore[no-any-return]
