@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from functools import cache
 from importlib import metadata
 
@@ -15,6 +16,8 @@ BUILTIN: dict[str, tuple[str, str]] = {
 }
 
 ENTRY_POINT_GROUP = "trt_routes.backends"
+#: Ad-hoc plugins without packaging: "name=module:Class,other=module:Class" (inherited by workers).
+ENV_VAR = "TRT_ROUTES_BACKENDS"
 
 
 def known() -> dict[str, str]:
@@ -22,6 +25,11 @@ def known() -> dict[str, str]:
     names = {name: path for name, (path, _hint) in BUILTIN.items()}
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         names.setdefault(ep.name, ep.value)
+    for item in filter(None, (p.strip() for p in os.environ.get(ENV_VAR, "").split(","))):
+        name, sep, path = item.partition("=")
+        if not sep or ":" not in path:
+            raise UsageError(f"{ENV_VAR}: '{item}' is not name=module:Class")
+        names[name.strip()] = path.strip()
     return names
 
 
