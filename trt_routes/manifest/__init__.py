@@ -1,5 +1,6 @@
 """The manifest: tuning.yaml's schema and its loader."""
 
+from trt_routes.manifest.load import LoadedManifest, load_manifest, manifest_json_schema
 from trt_routes.manifest.schema import Manifest
 
-__all__ = ["Manifest"]
+__all__ = ["LoadedManifest", "Manifest", "load_manifest", "manifest_json_schema"]

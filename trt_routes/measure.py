@@ -1,0 +1,165 @@
+"""Accuracy losses (trtexec's metrics, but NaN-safe) and timing statistics with bootstrap intervals.
+
+Pure numpy: no backend is imported here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from trt_routes.manifest.schema import l0_key
+
+METRICS = ("l0", "l1", "l2", "lInf", "cos")
+ZERO_NORM = 1e-12
+"""Below this L2 norm an array counts as all zeros for ``cos``: two such arrays agree (loss 0.0);
+one such array against a non-zero one has no direction to compare (loss 1.0, as in trtexec)."""
+_BOOTSTRAP_CHUNK = 4_000_000  # resampled elements held at once
+
+
+def loss(metric: str, output: np.ndarray, reference: np.ndarray, *, atol: float = 1e-5,
+         rtol: float = 1e-5) -> float:
+    """One accuracy loss of ``output`` against ``reference``; lower is better.
+
+    ``l0``: fraction of elements with |a-r| > atol + rtol*|r|; ``l1``: mean |a-r|; ``l2``: mean
+    (a-r)^2; ``lInf``: max |a-r|; ``cos``: 1 - cosine similarity of the flattened arrays (see
+    ``ZERO_NORM``). Computed in float64. A NaN or Inf anywhere in ``output`` gives ``math.inf``
+    for every metric. Empty arrays give 0.0. Raises ValueError on a shape mismatch, an unknown
+    metric, or a non-finite reference (nothing can be judged against it)."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown accuracy metric {metric!r}; use one of {', '.join(METRICS)}")
+    out, ref = _pair(output, reference)
+    if not np.isfinite(out).all():
+        return math.inf
+    return _loss(metric, out, ref, atol, rtol)
+
+
+def losses(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+           l0_params: Iterable[tuple[float, float]] = ((1e-5, 1e-5),)) -> dict[str, dict[str, float]]:
+    """Every loss for every reference output: ``{name: {"l1": .., "l2": .., "lInf": .., "cos": ..,
+    "l0@atol=1e-05,rtol=1e-05": ..}}``, one l0 key per (atol, rtol) pair (see ``schema.l0_key``).
+
+    Outputs without a reference are ignored; a reference without an output raises ValueError."""
+    params = list(dict.fromkeys((float(a), float(r)) for a, r in l0_params))
+    missing = [name for name in reference if name not in outputs]
+    if missing:
+        raise ValueError(f"no output named {', '.join(map(repr, missing))} "
+                         f"(outputs: {', '.join(map(repr, outputs)) or 'none'})")
+    result: dict[str, dict[str, float]] = {}
+    for name, ref_array in reference.items():
+        try:
+            out, ref = _pair(outputs[name], ref_array)
+        except ValueError as exc:
+            raise ValueError(f"output {name!r}: {exc}") from None
+        row: dict[str, float] = {}
+        finite = bool(np.isfinite(out).all())
+        for metric in ("l1", "l2", "lInf", "cos"):
+            row[metric] = _loss(metric, out, ref, 0.0, 0.0) if finite else math.inf
+        for atol, rtol in params:
+            row[l0_key(atol, rtol)] = _loss("l0", out, ref, atol, rtol) if finite else math.inf
+        result[name] = row
+    return result
+
+
+def all_finite(outputs: Mapping[str, np.ndarray]) -> list[str]:
+    """The names of the outputs that hold a NaN or an Inf (empty when every output is finite)."""
+    return [name for name, array in outputs.items() if not np.isfinite(np.asarray(array)).all()]
+
+
+def _pair(output: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    out = np.asarray(output)
+    ref = np.asarray(reference)
+    if out.shape != ref.shape:
+        raise ValueError(f"shape mismatch: output {out.shape} vs reference {ref.shape}")
+    ref64 = ref.astype(np.float64, copy=False)
+    if not np.isfinite(ref64).all():
+        raise ValueError("the reference holds NaN or Inf values; no output can be judged against it")
+    return out.astype(np.float64, copy=False), ref64
+
+
+def _loss(metric: str, out: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> float:
+    """``metric`` on float64 arrays of one shape, ``out`` finite."""
+    if out.size == 0:
+        return 0.0
+    if metric == "cos":
+        return _cosine_loss(out.ravel(), ref.ravel())
+    diff = np.abs(out - ref)
+    if metric == "l0":
+        return float(np.count_nonzero(diff > atol + rtol * np.abs(ref)) / diff.size)
+    if metric == "l1":
+        return float(diff.mean())
+    if metric == "l2":
+        return float(np.mean(diff * diff))
+    return float(diff.max())
+
+
+def _cosine_loss(a: np.ndarray, b: np.ndarray) -> float:
+    # Scale by the largest magnitude first so that the dot product and norms cannot overflow.
+    scale_a, scale_b = float(np.abs(a).max()), float(np.abs(b).max())
+    a_unit = a / scale_a if scale_a > 0 else a
+    b_unit = b / scale_b if scale_b > 0 else b
+    unit_norm_a, unit_norm_b = float(np.linalg.norm(a_unit)), float(np.linalg.norm(b_unit))
+    small_a, small_b = unit_norm_a * scale_a < ZERO_NORM, unit_norm_b * scale_b < ZERO_NORM
+    if small_a or small_b:
+        return 0.0 if small_a and small_b else 1.0
+    similarity = float(np.dot(a_unit, b_unit)) / (unit_norm_a * unit_norm_b)
+    return 1.0 - min(1.0, max(-1.0, similarity))
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Summary of timing samples (same unit as the samples); ``ci_*`` bound the median."""
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    ci_low: float
+    ci_high: float
+    min: float
+
+
+def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resamples: int = 1000,
+                 seed: int = 0) -> TimingStats:
+    """Median, mean, sample standard deviation and a seeded bootstrap percentile interval of the
+    median. The interval is widened, if need be, to contain the sample median itself (resampling
+    noise can leave it a hair outside). Raises ValueError on empty or non-finite samples."""
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError("no timing samples")
+    if not np.isfinite(x).all():
+        raise ValueError("timing samples hold NaN or Inf values")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    n = int(x.size)
+    median = float(np.median(x))
+    if n == 1:
+        low = high = median
+    else:
+        medians = _bootstrap_medians(x, resamples, seed)
+        tail = (1.0 - confidence) / 2.0
+        low, high = (float(v) for v in np.quantile(medians, [tail, 1.0 - tail]))
+    return TimingStats(
+        n=n,
+        median=median,
+        mean=float(x.mean()),
+        stdev=float(x.std(ddof=1)) if n > 1 else 0.0,
+        ci_low=min(low, median),
+        ci_high=max(high, median),
+        min=float(x.min()),
+    )
+
+
+def _bootstrap_medians(x: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = x.size
+    rows = max(1, _BOOTSTRAP_CHUNK // n)
+    parts = []
+    for start in range(0, resamples, rows):
+        count = min(rows, resamples - start)
+        parts.append(np.median(x[rng.integers(0, n, size=(count, n))], axis=1))
+    return np.concatenate(parts)
