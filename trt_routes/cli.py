@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from trt_routes import __version__
 from trt_routes.errors import BackendUnavailable, TrialsFailed, TrtRoutesError
@@ -47,7 +48,7 @@ def _run(fn: Callable[[], T]) -> T:
         err.print("interrupted: every finished trial is kept; run the same command again to resume")
         raise typer.Exit(130) from None
     except TrtRoutesError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
         code = 3 if isinstance(exc, BackendUnavailable) else 4 if isinstance(exc, TrialsFailed) else 2
         raise typer.Exit(code) from None
 

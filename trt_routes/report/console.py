@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
 from trt_routes.apply import ApplyResult, JobOutcome
@@ -41,7 +42,7 @@ def render_plan(plan: Plan, console: Console) -> None:
         table.add_column(col, overflow="fold")
     for jp in plan.jobs:
         table.add_row(jp.job.name, f"[{ACTION_STYLE.get(jp.action, '')}]{jp.action}[/]",
-                      str(len(jp.to_build)), str(jp.reused), "\n".join(jp.reasons))
+                      str(len(jp.to_build)), str(jp.reused), escape("\n".join(jp.reasons)))
     for name in plan.removed:
         table.add_row(name, "[magenta]remove[/]", "0", "0", "no longer in the manifest: drop its lock entry")
     console.print(table)
@@ -57,9 +58,9 @@ def render_dry_run(plan: Plan, console: Console) -> None:
             continue
         console.print(f"{jp.job.name}: {len(jp.to_build)} route(s) to build")
         for route in jp.to_build:
-            console.print(f"  {describe(route)}")
+            console.print(f"  {describe(route)}", markup=False)
         if jp.pending:
-            console.print(f"  (+ {jp.pending})")
+            console.print(f"  (+ {jp.pending})", markup=False)
 
 
 def summary_table(result: ApplyResult) -> Table:
@@ -77,11 +78,11 @@ def summary_table(result: ApplyResult) -> Table:
         table.add_row(o.job.name, ms(timing.get("default_ms")), ms(timing.get("chosen_ms")),
                       f"{speed:.2f}x" if speed else "-",
                       describe(entry["route"]) if "route" in entry else "-", str(built), str(reused),
-                      f"[red]{note}[/]" if o.error else note)
+                      f"[red]{escape(note)}[/]" if o.error else escape(note))
     for jp in result.plan.jobs:
         if jp.action in ("blocked", "skipped"):
             table.add_row(jp.job.name, "-", "-", "-", "-", "0", "0",
-                          f"[{ACTION_STYLE[jp.action]}]{jp.action}: {jp.reasons[0]}[/]")
+                          f"[{ACTION_STYLE[jp.action]}]{jp.action}: {escape(jp.reasons[0])}[/]")
     return table
 
 
@@ -118,17 +119,17 @@ class PlainReporter:
         self.done += 1
         if self.quiet:
             return
-        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {trial.error[:120]}"
+        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {escape(trial.error[:120])}"
         self.console.print(f"  [{self.done}/{max(self.total, self.done)}] {job.name} "
                            f"{describe(trial.route)}: {trial.status}{extra}")
         if self.verbose and trial.losses:
-            self.console.print(f"      losses {loss_text(trial.losses)}; build {trial.build_s or 0:.2f} s")
+            self.console.print(f"      losses {loss_text(trial.losses)}; build {trial.build_s or 0:.3f} s")
 
     def job_done(self, outcome: JobOutcome) -> None:
         if outcome.error:
-            self.console.print(f"[red]{outcome.job.name}: failed: {outcome.error}[/]")
+            self.console.print(f"[red]{outcome.job.name}: failed: {escape(outcome.error)}[/]")
         elif not self.quiet and outcome.selection is not None:
-            self.console.print(f"{outcome.job.name}: {outcome.selection.summary}")
+            self.console.print(f"{outcome.job.name}: {outcome.selection.summary}", markup=False)
 
     def message(self, text: str) -> None:
         self.console.print(text)
@@ -170,14 +171,14 @@ def render_explain(ex: Explanation, console: Console) -> None:
     console.print(f"[bold]{job.name}[/]  backend {job.backend}, strategy '{job.strategy_name}' "
                   f"({job.strategy.mode}), switch group '{job.switch_group}', tolerance '{job.tolerance_name}'")
     if job.blocked:
-        console.print(f"[red]blocked:[/] {job.blocked}")
+        console.print(f"[red]blocked:[/] {escape(job.blocked)}")
     sel = ex.selection
     if sel is None:
         console.print("No trials under this job's current signature and keys"
                       + (f" ({ex.other_groups} older group(s) of trials exist: run `trt-routes plan` "
                          "to see why they no longer apply)" if ex.other_groups else "") + ".")
     else:
-        console.print(f"Decision: {sel.summary}")
+        console.print(f"Decision: {sel.summary}", markup=False)
         console.print(f"Rule: {sel.rule}")
         checks = ", ".join(f"{c.metric} < {c.threshold:g}" for c in job.tolerance.checks)
         console.print(f"Tolerance: {checks}" + "".join(
@@ -193,7 +194,7 @@ def render_explain(ex: Explanation, console: Console) -> None:
             table.add_row(f"[{style}]{describe(t.route)}[/]" if style else describe(t.route), t.status,
                           ms(t.median_ms), f"{ms(t.ci_low)}-{ms(t.ci_high)}" if t.ci_low else "-",
                           loss_text(t.losses), f"{t.build_s:.3f}" if t.build_s is not None else "-",
-                          v.reason if v else "not a candidate of the current search")
+                          escape(v.reason) if v else "not a candidate of the current search")
         console.print(table)
     if ex.signature:
         console.print("Signature: " + ", ".join(f"{k}={v}" for k, v in sorted(ex.signature.items())))
@@ -204,7 +205,7 @@ def render_explain(ex: Explanation, console: Console) -> None:
     if ex.decisions:
         console.print("History:")
         for d in ex.decisions:
-            console.print(f"  {d['at']}  {describe(d['route'] or '')}  ({d['reason']})")
+            console.print(f"  {d['at']}  {describe(d['route'] or '')}  ({d['reason']})", markup=False)
 
 
 def render_status(rows: list[JobStatus], console: Console) -> None:
@@ -213,7 +214,8 @@ def render_status(rows: list[JobStatus], console: Console) -> None:
         table.add_column(col, overflow="fold")
     for r in rows:
         style = "green" if r.state == "ok" else ("dim" if r.state == "blocked" else "red")
-        table.add_row(r.job, f"[{style}]{r.state}[/]", describe(r.route) if r.route is not None else "-", r.detail)
+        table.add_row(r.job, f"[{style}]{r.state}[/]", describe(r.route) if r.route is not None else "-",
+                      escape(r.detail))
     console.print(table)
 
 

@@ -1,0 +1,136 @@
+"""The CLI maps arguments to library calls and errors to exit codes, with no raw tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _project import edit_manifest, make_project
+from typer.testing import CliRunner
+
+from trt_routes.cli import app
+
+runner = CliRunner()
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trt_routes.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def project(tmp_path: Path, tiny_models: dict[str, Path]) -> Path:
+    return make_project(tmp_path / "p", tiny_models)
+
+
+def test_plan_check_exit_codes_follow_the_work(project: Path) -> None:
+    code, out = cli("plan", "--check", "-m", str(project))
+    assert code == 1 and "new job: never tuned" in out
+    code, out = cli("apply", "-m", str(project))
+    assert code == 0 and "Summary" in out and "speedup" in out
+    code, out = cli("plan", "--check", "-m", str(project))
+    assert code == 0 and "Nothing to do" in out
+    code, out = cli("apply", "-m", str(project))
+    assert code == 0 and "Every job is up to date; nothing was built." in out
+
+
+def test_plan_json_is_machine_readable(project: Path) -> None:
+    code, out = cli("plan", "--json", "-m", str(project))
+    assert code == 0
+    data = json.loads(out)
+    assert data["has_work"] and data["builds"] == 10
+    assert {j["job"] for j in data["jobs"]} == {"cnn/bs1/cpu", "cnn/bs4/cpu"}
+    assert all(j["action"] == "tune" for j in data["jobs"])
+
+
+def test_apply_dry_run_lists_routes(project: Path) -> None:
+    code, out = cli("apply", "--dry-run", "-m", str(project))
+    assert code == 0
+    assert "cnn/bs1/cpu: 5 route(s) to build" in out
+    assert "-graph_optimization_level=basic" in out and "default" in out
+    assert not (project.parent / "tuning.lock").exists()
+
+
+def test_manifest_error_names_file_line_and_fix_without_traceback(project: Path) -> None:
+    text = project.read_text().replace("shapes:", "shapez:")
+    project.write_text(text)
+    line = text.splitlines().index(next(x for x in text.splitlines() if "shapez" in x)) + 1
+    proc = run_cli("plan", "-m", str(project))
+    assert proc.returncode == 2
+    assert f"tuning.yaml:{line}:" in proc.stderr and "did you mean 'shapes'?" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (project.parent / "caches").exists()
+
+
+def test_unknown_knob_in_switch_group_points_at_the_manifest(project: Path) -> None:
+    edit_manifest(project, lambda d: d["switch_groups"].update(g="-intra_op_num_thread=[1|2]"))
+    code, out = cli("validate", "-m", str(project))
+    assert code == 2
+    assert "tuning.yaml:" in out and "-intra_op_num_thread" in out and "did you mean `-intra_op_num_threads`" in out
+
+
+def test_missing_manifest(tmp_path: Path) -> None:
+    proc = run_cli("plan", "-m", str(tmp_path / "nope.yaml"))
+    assert proc.returncode == 2 and "nope.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_explain_unknown_job_suggests_names(project: Path) -> None:
+    code, out = cli("explain", "cnn/bs8/cpu", "-m", str(project))
+    assert code == 2 and "no job named 'cnn/bs8/cpu'" in out and "cnn/bs1/cpu" in out
+
+
+def test_explain_and_status_after_apply(project: Path) -> None:
+    assert cli("apply", "-m", str(project))[0] == 0
+    code, out = cli("explain", "cnn/bs1/cpu", "-m", str(project))
+    assert code == 0 and "Decision:" in out and "winner" in out and "History:" in out
+    code, out = cli("explain", "cnn/bs1/cpu", "--json", "-m", str(project))
+    data = json.loads(out)
+    assert len(data["trials"]) == 5 and data["winner"] is not None
+    code, out = cli("status", "--json", "-m", str(project))
+    assert code == 0 and {r["state"] for r in json.loads(out)} == {"ok"}
+    engine = project.parent / "engines" / "cnn" / "bs1" / "cpu.onnx"
+    engine.write_bytes(b"tampered")
+    code, out = cli("status", "-m", str(project))
+    assert code == 1 and "digest-mismatch" in out
+    code, out = cli("plan", "-m", str(project))
+    assert "materialize" in out
+    assert cli("apply", "-m", str(project))[0] == 0
+    assert cli("status", "-m", str(project))[0] == 0
+
+
+def test_unavailable_backend_blocks_and_apply_exits_3(project: Path) -> None:
+    edit_manifest(project, lambda d: d.update(targets={"h200": {"kind": "gpu", "name": "*H200*"}},
+                                              defaults={**d["defaults"], "backend": "tensorrt",
+                                                        "targets": ["h200"]},
+                                              switch_groups={"g": "-conv_use_long_w=[on|off]"}))
+    code, out = cli("plan", "-m", str(project))
+    assert code == 0 and "blocked" in out and "TensorRT Global Performance Tuner unavailable" in out
+    code, out = cli("apply", "-m", str(project))
+    assert code == 3
+
+
+def test_knobs_and_schema(project: Path) -> None:
+    for name in (["graph_optimization_level"], ["--", "-graph_optimization_level"]):
+        code, out = cli("knobs", *name)
+        assert code == 0 and "-graph_optimization_level=[disabled|basic|extended|layout|all]" in out
+        assert "-intra_op_num_threads" not in out
+    code, out = cli("knobs", "no_such_knob")
+    assert code == 2 and "has no knob" in out
+    code, out = cli("knobs", "--expr", "g", "-m", str(project))
+    assert code == 0 and out.startswith('--tuneBuildRoutes="-graph_optimization_level=[basic|all]')
+    code, out = cli("schema")
+    schema = json.loads(out)
+    assert "models" in schema["properties"] and schema["$schema"].startswith("https://json-schema.org")
+
+
+def test_version() -> None:
+    code, out = cli("--version")
+    assert code == 0 and out.startswith("trt-routes ")
