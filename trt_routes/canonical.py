@@ -31,9 +31,10 @@ def normalize(value: Any) -> Any:
             return "NaN"
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
-        if value == int(value) and abs(value) < 1e15:
-            return int(value)
-        return float(f"{value:.12g}")
+        rounded = float(f"{value:.12g}")
+        if rounded == int(rounded) and abs(rounded) < 1e15:
+            return int(rounded)
+        return rounded
     if isinstance(value, Path):
         return value.as_posix()
     if hasattr(value, "item"):  # numpy scalars

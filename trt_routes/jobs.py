@@ -4,6 +4,7 @@ Resolving a job reads files (model digests) and asks backends for catalogs; it b
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -113,7 +114,7 @@ class Job:
         for checks in [self.tolerance.checks, *self.tolerance.outputs.values()]:
             for c in checks:
                 if c.metric == "l0":
-                    params.add((c.atol if c.atol is not None else 1e-5, c.rtol if c.rtol is not None else 1e-5))
+                    params.add(c.l0_params)
         return tuple(sorted(params))
 
 
@@ -162,7 +163,9 @@ class Resolver:
             try:
                 self._expressions[key] = parse_expression(text, catalog, source=f"switch group '{group}'")
             except RouteError as exc:
-                raise self.loaded.error(("switch_groups", group), exc.message, exc.hint) from exc
+                token = re.search(r"token `([^`]+)`", exc.message)
+                raise self.loaded.error_in(("switch_groups", group), token.group(1) if token else "",
+                                           exc.message, exc.hint) from exc
         return self._expressions[key]
 
     def jobs(self) -> list[Job]:

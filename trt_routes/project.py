@@ -94,6 +94,5 @@ class LossLookupFromBlobs:
         refs = self.store.get_arrays(ref[1])
         if output not in outs or output not in refs:
             return None
-        return measure.loss(check.metric, outs[output], refs[output],
-                            atol=check.atol if check.atol is not None else 1e-5,
-                            rtol=check.rtol if check.rtol is not None else 1e-5)
+        atol, rtol = check.l0_params
+        return measure.loss(check.metric, outs[output], refs[output], atol=atol, rtol=rtol)

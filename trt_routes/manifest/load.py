@@ -66,6 +66,18 @@ class LoadedManifest:
         width = self.widths.get(found, 1) if found == path else 1
         return _error_at(self.path, self.text, (line, column), message, hint, width)
 
+    def error_in(self, path: KeyPath, needle: str, message: str, hint: str | None = None) -> ManifestError:
+        """A ManifestError at the first occurrence of ``needle`` inside ``path``'s value (e.g. one
+        token of a multi-line switch group); falls back to the value itself."""
+        start = self.locate(path)
+        if start is not None and needle:
+            lines = self.text.splitlines()
+            for n in range(start[0] - 1, len(lines)):
+                col = lines[n].find(needle, start[1] - 1 if n == start[0] - 1 else 0)
+                if col >= 0:
+                    return _error_at(self.path, self.text, (n + 1, col + 1), message, hint, len(needle))
+        return self.error(path, message, hint)
+
     def resolve(self, rel: str) -> Path:
         """``rel`` (as written in the manifest) relative to the manifest's folder."""
         p = Path(rel).expanduser()

@@ -77,7 +77,12 @@ class Check(Strict):
         """The loss key this check reads (l0 is parameterized by atol/rtol)."""
         if self.metric != "l0":
             return self.metric
-        return l0_key(self.atol if self.atol is not None else 1e-5, self.rtol if self.rtol is not None else 1e-5)
+        return l0_key(*self.l0_params)
+
+    @property
+    def l0_params(self) -> tuple[float, float]:
+        """(atol, rtol) with trtexec's defaults of 1e-5."""
+        return (self.atol if self.atol is not None else 1e-5, self.rtol if self.rtol is not None else 1e-5)
 
 
 def l0_key(atol: float, rtol: float) -> str:
@@ -192,7 +197,7 @@ class Manifest(Strict):
 
     @model_validator(mode="after")
     def _references(self) -> Manifest:
-        for mname, model in self.models.items():
+        for mname in self.models:
             eff = self.effective(mname)
             for tname in eff.targets or []:
                 if tname not in self.targets:
@@ -217,7 +222,8 @@ class Manifest(Strict):
         d = self.defaults
         return JobDefaults(
             backend=m.backend or d.backend,
-            targets=m.targets if m.targets is not None else (d.targets or list(self.targets)),
+            targets=m.targets if m.targets is not None else (
+                d.targets if d.targets is not None else list(self.targets)),
             switch_group=m.switch_group or d.switch_group,
             strategy=m.strategy or d.strategy or ("fast" if "fast" in self.strategies else None),
             tolerance=m.tolerance or d.tolerance,
