@@ -1,0 +1,61 @@
+"""Tiny ONNX models and shape profiles shared by the TensorRT backend tests (stand-in and real library)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _save(model: onnx.ModelProto, path: Path) -> str:
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return str(path)
+
+
+def conv_model(path: Path) -> str:
+    """x[N,3,8,8] -> Conv -> Relu -> GlobalAveragePool -> Flatten -> y[N,4] (dynamic batch)."""
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["y"], name="flatten"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [w, b],
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+
+def custom_op_model(path: Path) -> str:
+    """Two nodes of an operator no TensorRT importer knows (custom domain, no plugin)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("MyCustomOp", ["a"], ["b"], name="custom_a", domain="com.example"),
+        helper.make_node("MyCustomOp", ["b"], ["y"], name="custom_b", domain="com.example"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+        ir_version=8,
+    )
+    onnx.save(model, path)
+    return str(path)
+
+
+PROFILE = {"x": {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}}

@@ -1,0 +1,335 @@
+"""The TensorRT backend: catalog from ``all_build_routes``, builds with a validated build route,
+engines run through cuda-python, references from ONNX Runtime. ``tensorrt`` is imported lazily."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+from trt_routes.backends.base import Backend, BuildSpec, Feeds
+from trt_routes.backends.cuda_device import cuda_check, cuda_version_text, gpu_fields, load_cudart
+from trt_routes.backends.tensorrt.catalog import (
+    CatalogFormatError,
+    parse_catalog,
+    readback_differences,
+    validate_route,
+)
+from trt_routes.backends.tensorrt.runner import TensorRTRunError, TensorRTRunner
+from trt_routes.backends.tensorrt.settings import apply_settings, check_settings
+from trt_routes.backends.tensorrt.timing_cache import (
+    TimingCacheFile,
+    atomic_write,
+    host_bytes,
+    timing_cache_path,
+)
+from trt_routes.backends.tensorrt.trt_logger import make_logger
+from trt_routes.catalog import Catalog
+from trt_routes.errors import BackendUnavailable, TrtRoutesError
+
+MIN_VERSION = (11, 1)
+UNAVAILABLE = "TensorRT Global Performance Tuner unavailable"
+
+
+class TensorRTBuildError(TrtRoutesError):
+    """A build failed; ``log`` holds everything TensorRT said before it did."""
+
+    def __init__(self, message: str, log: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.log = log
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Leading integers of a version string: "11.1.0.106" -> (11, 1, 0, 106)."""
+    out: list[int] = []
+    for part in version.split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        if not digits or not part.startswith(digits):
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+def _gpu_identity(target: Mapping[str, Any]) -> str:
+    """Name and compute capability of the GPU a spec targets (the matched device when known)."""
+    for source in (target, target.get("device"), target.get("hardware")):
+        if isinstance(source, Mapping) and source.get("gpu_name"):
+            return f"{source['gpu_name']} sm{source.get('compute_capability', '')}"
+    gpus = gpu_fields()
+    if gpus:
+        return f"{gpus[0]['gpu_name']} sm{gpus[0]['compute_capability']}"
+    return "unknown-gpu"
+
+
+def timing_cache_dir(spec: BuildSpec, settings: Mapping[str, Any]) -> Path:
+    """Folder of the shared timing caches: the ``timing_cache_dir`` setting, else
+    $TRT_ROUTES_TIMING_CACHE_DIR, else the parent of ``spec.work_dir``, else
+    ``$XDG_CACHE_HOME/trt-routes/tensorrt`` (never a trial's scratch folder, which the worker deletes)."""
+    folder = settings.get("timing_cache_dir") or os.environ.get("TRT_ROUTES_TIMING_CACHE_DIR")
+    if folder:
+        return Path(folder)
+    if spec.work_dir:
+        return Path(spec.work_dir).parent
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache_home) / "trt-routes" / "tensorrt"
+
+
+class TensorRTBackend(Backend):
+    """NVIDIA TensorRT 11.1+ and its Global Performance Tuner knobs."""
+
+    name: ClassVar[str] = "tensorrt"
+    engine_suffix: ClassVar[str] = ".engine"
+    install_hint: ClassVar[str] = "pip install 'trt-routes[tensorrt]' (TensorRT 11.1+ with an NVIDIA GPU)"
+
+    def __init__(self) -> None:
+        self._catalog: Catalog | None = None
+        self._catalog_text: str | None = None
+        self._software: dict[str, str] | None = None
+
+    # -- probing ----------------------------------------------------------------------------
+    def _import(self) -> ModuleType:
+        try:
+            return importlib.import_module("tensorrt")
+        except Exception as exc:  # the index's stub wheel raises more than ImportError
+            raise BackendUnavailable(
+                f"{UNAVAILABLE}: tensorrt does not import ({exc})", self.install_hint
+            ) from exc
+
+    def _read_catalog_text(self, trt: ModuleType, builder: Any = None) -> str:
+        if self._catalog_text is None:
+            if builder is None:
+                builder = trt.Builder(make_logger(trt))
+            if builder is None:
+                raise BackendUnavailable(
+                    f"{UNAVAILABLE}: tensorrt.Builder could not be created (no GPU?)", self.install_hint
+                )
+            text = builder.create_builder_config().all_build_routes
+            self._catalog_text = text if isinstance(text, str) else ""
+        return self._catalog_text
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            trt = self._import()
+        except BackendUnavailable as exc:
+            return exc.message
+        version = str(getattr(trt, "__version__", ""))
+        parsed = version_tuple(version)
+        if len(parsed) < 2:
+            return f"{UNAVAILABLE}: cannot read the tensorrt version ({version!r})"
+        if parsed[:2] < MIN_VERSION:
+            return f"{UNAVAILABLE}: TensorRT {version} is older than 11.1"
+        if not hasattr(trt.IBuilderConfig, "all_build_routes"):
+            return f"{UNAVAILABLE}: IBuilderConfig has no all_build_routes in TensorRT {version}"
+        try:
+            text = self._read_catalog_text(trt)
+        except BackendUnavailable as exc:
+            return exc.message
+        except Exception as exc:  # CUDA initialisation failures surface here
+            return f"{UNAVAILABLE}: creating a TensorRT builder failed ({exc})"
+        if not text.strip():
+            return (
+                f"{UNAVAILABLE}: all_build_routes is empty in TensorRT {version} "
+                "(Windows, TensorRT-RTX and the lean/dispatch runtimes have no tuner)"
+            )
+        try:
+            self._catalog = self._catalog or parse_catalog(text, version=version)
+        except CatalogFormatError as exc:
+            return f"{UNAVAILABLE}: {exc.message}"
+        return None
+
+    def _require(self) -> ModuleType:
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendUnavailable(reason, self.install_hint)
+        return self._import()
+
+    # -- coordinator side -------------------------------------------------------------------
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._require()
+        assert self._catalog is not None
+        return self._catalog
+
+    def software(self) -> dict[str, str]:
+        if self._software is None:
+            trt = self._require()
+            catalog = self.catalog()
+            self._software = {
+                "backend": self.name,
+                "backend_version": str(trt.__version__),
+                "tuner_version": catalog.tuner_version or "unknown",
+                "catalog_digest": catalog.digest,
+                "cuda_runtime": self._cuda_runtime(),
+            }
+        return dict(self._software)
+
+    @staticmethod
+    def _cuda_runtime() -> str:
+        try:
+            rt = load_cudart()
+            return cuda_version_text(int(cuda_check(rt, rt.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion")))
+        except TrtRoutesError:
+            return "unavailable"
+
+    def supports(self, target: Mapping[str, Any]) -> str | None:
+        if target.get("kind") != "gpu":
+            return "TensorRT builds engines for NVIDIA GPUs only; use a target of kind 'gpu'"
+        return None
+
+    # -- worker side ------------------------------------------------------------------------
+    def build(self, spec: BuildSpec, engine_path: Path) -> str:
+        trt = self._require()
+        settings = check_settings(spec.settings)
+        route = validate_route(spec.route, self.catalog())
+        logger = make_logger(trt)
+        lines: list[str] = [f"TensorRT {trt.__version__}, route: {route or '(default)'}"]
+
+        def fail(message: str, hint: str | None = None) -> TensorRTBuildError:
+            errors = logger.errors()
+            detail = (message + "\n  TensorRT errors:\n    " + "\n    ".join(errors)) if errors else message
+            return TensorRTBuildError(detail, "\n".join([*lines, logger.text()]), hint)
+
+        try:
+            builder = trt.Builder(logger)
+            if builder is None:
+                raise fail("tensorrt.Builder could not be created")
+            network = builder.create_network(0)
+            parser = trt.OnnxParser(network, logger)
+            model = Path(spec.model_path)
+            if not parser.parse(model.read_bytes(), str(model)) or parser.num_errors:
+                raise fail(f"ONNX parser rejected {model.name}: " + "; ".join(_parser_errors(parser)))
+            config = builder.create_builder_config()
+            lines += _add_profile(builder, network, config, spec.profile, fail)
+            lines += apply_settings(trt, config, settings)
+            config.build_route = route
+            readback = str(config.build_route or "")
+            diffs = readback_differences(spec.route, readback, self.catalog())
+            if diffs:
+                raise fail(
+                    f"TensorRT did not keep the route: {'; '.join(diffs)} (read back: {readback!r})",
+                    "a knob may be overridden in this TensorRT version; check `trt-routes knobs`",
+                )
+            lines.append(f"build_route read back: {readback or '(default)'}")
+            cache = self._timing_cache(trt, spec, settings)
+            lines += cache.load_into(config)
+            serialized = builder.build_serialized_network(network, config)
+            if serialized is None:
+                raise fail("build_serialized_network returned None")
+            atomic_write(engine_path, host_bytes(serialized))
+            lines += cache.save_from(config)
+        except TrtRoutesError:
+            raise
+        except Exception as exc:  # TensorRT raises RuntimeError/TypeError from its bindings
+            raise fail(f"TensorRT build failed: {type(exc).__name__}: {exc}") from exc
+        return "\n".join([*lines, logger.text()])
+
+    @staticmethod
+    def _timing_cache(trt: ModuleType, spec: BuildSpec, settings: Mapping[str, Any]) -> TimingCacheFile:
+        return TimingCacheFile(
+            timing_cache_path(
+                timing_cache_dir(spec, settings), str(trt.__version__), _gpu_identity(spec.target)
+            )
+        )
+
+    def load(self, engine_path: Path, spec: BuildSpec) -> TensorRTRunner:
+        trt = self._import()
+        logger = make_logger(trt)
+        runtime = trt.Runtime(logger)
+        engine = runtime.deserialize_cuda_engine(Path(engine_path).read_bytes())
+        if engine is None:
+            errors = "; ".join(logger.errors()) or "no message"
+            raise TensorRTRunError(
+                f"cannot deserialize engine {engine_path}: {errors}",
+                "engines run only on the TensorRT version and GPU that built them",
+            )
+        return TensorRTRunner(trt, runtime, engine, logger, spec.opt_shapes)
+
+    def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
+        """Reference outputs from ONNX Runtime on the CPU at basic graph optimization.
+
+        TensorRT has no plain float32 path of its own: every build picks tactics (and TF32 or fused
+        kernels where it may), so even its lowest optimization level is not a reference. ONNX Runtime's
+        CPU provider at ORT_ENABLE_BASIC only folds constants and removes redundant nodes."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        session = ort.InferenceSession(spec.model_path, options, providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in session.get_inputs()}
+        names = [o.name for o in session.get_outputs()]
+        outputs = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
+        return dict(zip(names, outputs, strict=True))
+
+    def reference_version(self) -> str:
+        import onnxruntime as ort
+
+        return f"onnxruntime:{ort.__version__}:basic:cpu"
+
+
+def _parser_errors(parser: Any) -> list[str]:
+    """Every error the ONNX parser recorded, with the node it points at."""
+    out: list[str] = []
+    for i in range(parser.num_errors):
+        error = parser.get_error(i)
+        text = str(error.desc()) if hasattr(error, "desc") else str(error)
+        node = int(error.node()) if hasattr(error, "node") else -1
+        where = []
+        if node >= 0:
+            where.append(f"node {node}")
+        for attr in ("node_name", "node_operator"):
+            value = getattr(error, attr, None)
+            value = value() if callable(value) else value
+            if value:
+                where.append(f"{attr.removeprefix('node_')} {value}")
+        out.append(text + (f" ({', '.join(where)})" if where else ""))
+    return out or ["no error recorded"]
+
+
+def _add_profile(
+    builder: Any, network: Any, config: Any, profile: Mapping[str, Mapping[str, list[int]]], fail: Any
+) -> list[str]:
+    """One optimization profile from ``profile`` ({input: {min, opt, max}}), checked against the network."""
+    inputs = {}
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        inputs[tensor.name] = tuple(int(d) for d in tensor.shape)
+    unknown = sorted(set(profile) - set(inputs))
+    if unknown:
+        raise fail(
+            f"shape profile names inputs the model does not have: {unknown}; model inputs: {sorted(inputs)}"
+        )
+    uncovered = sorted(n for n, dims in inputs.items() if any(d < 0 for d in dims) and n not in profile)
+    if uncovered:
+        raise fail(f"dynamic inputs without shapes in the profile: {uncovered}")
+    if not profile:
+        return []
+    opt_profile = builder.create_optimization_profile()
+    lines = []
+    for name in sorted(profile):
+        dims = profile[name]
+        opt = list(dims["opt"])
+        lo, hi = list(dims.get("min", opt)), list(dims.get("max", opt))
+        declared = inputs[name]
+        for label, shape in (("min", lo), ("opt", opt), ("max", hi)):
+            if len(shape) != len(declared):
+                raise fail(
+                    f"input {name}: {label} shape {shape} has rank {len(shape)}, the model's has "
+                    f"rank {len(declared)} {list(declared)}"
+                )
+            for axis, (want, have) in enumerate(zip(shape, declared, strict=True)):
+                if have >= 0 and want != have:
+                    raise fail(
+                        f"input {name}: {label} shape {shape} sets static axis {axis} to {want}, "
+                        f"the model fixes it at {have}"
+                    )
+        try:
+            opt_profile.set_shape(name, lo, opt, hi)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise fail(f"input {name}: TensorRT rejected min/opt/max {lo}/{opt}/{hi}: {exc}") from exc
+        lines.append(f"profile {name}: min={lo} opt={opt} max={hi}")
+    if config.add_optimization_profile(opt_profile) < 0:
+        raise fail("TensorRT rejected the optimization profile")
+    return lines
