@@ -22,7 +22,7 @@ from trt_routes.measure import timing_stats
 from trt_routes.plan import JobPlan, Plan, candidates_key, make_plan, outcomes
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
-from trt_routes.search import make_search
+from trt_routes.search import cached_search
 from trt_routes.select import DEFAULT_ROUTE, Selection, select
 
 EXIT_OK, EXIT_WORK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 1, 2, 3, 4
@@ -133,6 +133,7 @@ class Applier:
         self.executor = executor
         self.store = project.store
         self.lookup = LossLookupFromBlobs(cache, self.store)
+        self._last_write = time.monotonic()
 
     # -- references ------------------------------------------------------------------------
     def reference(self, job: Job) -> tuple[str, str]:
@@ -178,7 +179,7 @@ class Applier:
             if jp.action == "tune":
                 assert job.expression is not None and job.catalog is not None
                 ref = self.reference(job)
-                search = make_search(job.strategy.mode, job.expression, job.catalog)
+                search = cached_search(job.strategy.mode, job.expression, job.catalog)
                 budget = job.strategy.max_builds
                 self.reporter.job_start(job, len(jp.to_build))
                 while True:
@@ -216,7 +217,7 @@ class Applier:
                 if winner.status != "ok":
                     raise _JobFailed(f"rebuilding the winner failed: {winner.error}")
             outcome.entry = self.lock_entry(job, sel, winner, cands, outcome)
-            self.commit(job, outcome.entry)
+            self.commit(job, outcome.entry, durable=outcome.built > 0)
         except _JobFailed as exc:
             outcome.error = str(exc)
         outcome.seconds = time.perf_counter() - start
@@ -259,7 +260,9 @@ class Applier:
             "trials": entry_counts,
         }
 
-    def commit(self, job: Job, entry: dict[str, Any]) -> None:
+    def commit(self, job: Job, entry: dict[str, Any], durable: bool) -> None:
+        """Record the job's lock entry. The lockfile is rewritten (atomically) right away when the job
+        built something; cheap reselections are batched to at most one write per second."""
         previous = self.lock.jobs.get(job.name)
         if previous is None or previous.get("route") != entry["route"] or \
                 previous.get("engine", {}).get("sha256") != entry["engine"]["sha256"]:
@@ -269,7 +272,9 @@ class Applier:
             self.cache.add_decision(job.name, entry["route"], previous.get("route") if previous else None,
                                     reason, entry["engine"]["sha256"])
         self.lock.jobs[job.name] = entry
-        self.lock.write()
+        if durable or time.monotonic() - self._last_write >= 1.0:
+            self.lock.write()
+            self._last_write = time.monotonic()
 
 
 class _JobFailed(Exception):

@@ -29,20 +29,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix."""
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
+
+    ``durable`` also fsyncs (survives power loss, not only a killed process). Blobs skip it: they
+    are named by their digest, verified before use, and re-made when they fail verification."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -55,8 +60,6 @@ def atomic_copy(src: Path, dest: Path) -> None:
     os.close(fd)
     try:
         shutil.copyfile(src, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -82,10 +85,7 @@ class BlobStore:
         if not dest.is_file():
             if move:
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                with open(src, "rb+") as f:
-                    os.fsync(f.fileno())
                 os.replace(src, dest)
-                _fsync_dir(dest.parent)
             else:
                 atomic_copy(src, dest)
         elif move:
@@ -97,7 +97,7 @@ class BlobStore:
 
         sha = hashlib.sha256(data).hexdigest()
         if not self.path(sha).is_file():
-            atomic_write_bytes(self.path(sha), data)
+            atomic_write_bytes(self.path(sha), data, durable=False)
         return sha
 
     def put_arrays(self, arrays: dict[str, np.ndarray]) -> str:

@@ -14,6 +14,13 @@ from typing import Any
 
 def normalize(value: Any) -> Any:
     """Turn a value into plain JSON data with normalized numbers (stable across runs)."""
+    kind = type(value)
+    if kind is str or value is None or kind is bool or kind is int:
+        return value
+    if kind is dict:
+        return {str(k): normalize(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [normalize(v) for v in value]
     if hasattr(value, "model_dump"):
         return normalize(value.model_dump(mode="json"))
     if isinstance(value, Mapping):

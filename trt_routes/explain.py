@@ -11,7 +11,7 @@ from trt_routes.errors import UsageError
 from trt_routes.jobs import Job
 from trt_routes.plan import outcomes
 from trt_routes.project import LossLookupFromBlobs, Project
-from trt_routes.search import make_search
+from trt_routes.search import cached_search
 from trt_routes.select import DEFAULT_ROUTE, Selection, select
 
 
@@ -74,7 +74,7 @@ def explain(project: Project, name: str) -> Explanation:
         sel = None
         if trials and job.expression is not None and job.catalog is not None:
             lookup = LossLookupFromBlobs(cache, project.store)
-            search = make_search(job.strategy.mode, job.expression, job.catalog)
+            search = cached_search(job.strategy.mode, job.expression, job.catalog)
             cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, lookup))]
             sel = select(trials, cands, job.tolerance, lookup)
         all_trials = cache.trials_for_job(job.name)

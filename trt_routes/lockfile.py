@@ -33,11 +33,14 @@ def _round(value: Any) -> Any:
     return value
 
 
-class _Dumper(yaml.SafeDumper):
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 20x faster on big locks
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """Lists of scalars (shapes, intervals) in flow style: short and diff-friendly."""
 
 
-def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+def _list(dumper: Any, data: list[Any]) -> yaml.Node:
     flow = all(not isinstance(v, (dict, list)) for v in data)
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 
@@ -58,7 +61,7 @@ class Lockfile:
         if not path.exists():
             return cls(path=path, manifest_name=manifest_name)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise LockfileError(f"{path}: not a valid lockfile: {exc}",
                                 "restore it from git (git checkout -- tuning.lock) or delete it and "

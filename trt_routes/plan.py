@@ -14,7 +14,7 @@ from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.routes import describe
-from trt_routes.search import Outcome, make_search
+from trt_routes.search import Outcome, cached_search
 from trt_routes.select import DEFAULT_ROUTE, LossLookup, gate, select
 
 ACTIONS = ("up-to-date", "tune", "reselect", "materialize", "blocked", "skipped")
@@ -107,8 +107,14 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     if job.blocked:
         return JobPlan(job, "skipped" if job.block_kind == "absent" else "blocked", (job.blocked,))
     assert job.expression is not None and job.catalog is not None
+    search = cached_search(job.strategy.mode, job.expression, job.catalog)
+    entry = lock.jobs.get(job.name)
+    if search.static and entry is not None and _keys_match(job, entry):
+        static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
+        if entry.get("candidates_key") == candidates_key(static) and cache.routes(job.group_key) >= set(static):
+            # same trials, same rule, same candidates: the locked selection stands without re-deriving it
+            return _engine_check(job, entry, root, len(static), static)
     trials = cache.group(job.group_key, light=True)
-    search = make_search(job.strategy.mode, job.expression, job.catalog)
     known = outcomes(trials, job.tolerance, lookup)
     batch = search.next_batch(known)
     if DEFAULT_ROUTE not in known and DEFAULT_ROUTE not in batch:
@@ -116,7 +122,6 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     cands = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates(known), *batch]))
     pending = search.pending(known)
     reused = sum(1 for r in cands if r in trials)
-    entry = lock.jobs.get(job.name)
     if batch or pending:
         reasons: list[str] = []
         if entry is not None:
@@ -152,6 +157,19 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
         return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands)
+    return _engine_check(job, entry, root, reused, cands)
+
+
+def _keys_match(job: Job, entry: dict[str, Any]) -> bool:
+    return (entry.get("status") == "ok" and entry.get("group_key") == job.group_key
+            and entry.get("tolerance_key") == job.tolerance_key
+            and entry.get("strategy") == {"name": job.strategy_name, "mode": job.strategy.mode})
+
+
+def _engine_check(job: Job, entry: dict[str, Any], root: Path, reused: int,
+                  cands: tuple[str, ...]) -> JobPlan:
+    """Up to date, unless the materialized engine is missing or not the locked one (by size here;
+    `trt-routes status` compares digests)."""
     engine = entry.get("engine") or {}
     if engine.get("sha256"):
         path = root / engine.get("path", "")

@@ -123,7 +123,11 @@ class CacheStore:
                      "first_seen": trial.created_at},
                     pk="hash", ignore=True,
                 )
-            self.db["trials"].insert(trial.to_row(), pk="id", replace=True)
+            row = trial.to_row()
+            self.db.execute(  # one prepared statement: the hot path of every trial
+                f"INSERT OR REPLACE INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                list(row.values()),
+            )
 
     def add_trials(self, trials: Iterable[TrialRecord], signatures: dict[str, dict[str, str]]) -> int:
         """Insert many trials in one transaction; existing ids are kept (trials are immutable)."""
@@ -175,6 +179,10 @@ class CacheStore:
         cols = LIGHT_COLUMNS if light else "*"
         rows = self.db.query(f"SELECT {cols} FROM trials WHERE group_key = ?", [group_key])
         return {t.route: t for t in self._records(rows)}
+
+    def routes(self, group_key: str) -> set[str]:
+        """Routes with a trial in one job group (no row decoding: the cheap check plan needs)."""
+        return {r[0] for r in self.db.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}
 
     def trials_for_job(self, job: str) -> list[TrialRecord]:
         rows = self.db.query("SELECT * FROM trials WHERE job = ? ORDER BY created_at, id", [job])

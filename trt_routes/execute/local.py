@@ -5,9 +5,9 @@ its task becomes a trial with status ``crashed`` or ``timeout`` and the run goes
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import signal
-from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
@@ -61,10 +61,8 @@ class Worker:
         self.conn.close()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
         self.proc.join(2)
         if self.proc.is_alive():
             self.proc.kill()

@@ -46,10 +46,7 @@ def make_inputs(inputs: dict[str, dict[str, object]], seed: int) -> dict[str, np
 def run_reference(task: ReferenceTask) -> TaskResult:
     store = BlobStore(Path(task.store_root))
     backend = registry.get(task.backend)
-    if task.given_inputs_sha:
-        feeds = store.get_arrays(task.given_inputs_sha)
-    else:
-        feeds = make_inputs(task.inputs, task.seed)
+    feeds = store.get_arrays(task.given_inputs_sha) if task.given_inputs_sha else make_inputs(task.inputs, task.seed)
     outputs = backend.reference(task.spec, feeds)
     bad = measure.all_finite(outputs)
     if bad:
@@ -62,7 +59,7 @@ def run_reference(task: ReferenceTask) -> TaskResult:
 def run_trial(task: TrialTask) -> TaskResult:
     store = BlobStore(Path(task.store_root))
     backend = registry.get(task.backend)
-    work = Path(tempfile.mkdtemp(prefix="trial-", dir=task.spec.work_dir or None))
+    work = _scratch(task.spec.work_dir)
     try:
         engine_tmp = work / f"engine{backend.engine_suffix}"
         t0 = time.perf_counter()
@@ -91,7 +88,17 @@ def run_trial(task: TrialTask) -> TaskResult:
         result.meta = {"loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
         return result
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for leftover in work.iterdir():  # one scratch folder per worker, emptied after each trial
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
+
+
+_SCRATCH: dict[str, Path] = {}
+
+
+def _scratch(parent: str) -> Path:
+    if parent not in _SCRATCH:
+        _SCRATCH[parent] = Path(tempfile.mkdtemp(prefix="trt-routes-worker-", dir=parent or None))
+    return _SCRATCH[parent]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -107,6 +114,8 @@ def serve(conn: Connection) -> None:
         except (EOFError, OSError):
             return  # the coordinator is gone: exit quietly
         if task is None:
+            for folder in _SCRATCH.values():
+                shutil.rmtree(folder, ignore_errors=True)
             return
         try:
             if isinstance(task, TrialTask):

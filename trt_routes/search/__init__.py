@@ -3,6 +3,16 @@
 trtexec-compatible ``fast``, ``full`` and ``mixed``; see ``strategies`` for their rules."""
 
 from trt_routes.search.base import Outcome, Search
-from trt_routes.search.strategies import MODES, FastSearch, FullSearch, MixedSearch, expand, make_search
+from trt_routes.search.strategies import (
+    MODES,
+    FastSearch,
+    FullSearch,
+    MixedSearch,
+    cached_search,
+    expand,
+    make_search,
+)
 
-__all__ = ["MODES", "FastSearch", "FullSearch", "MixedSearch", "Outcome", "Search", "expand", "make_search"]
+__all__ = [
+    "MODES", "FastSearch", "FullSearch", "MixedSearch", "Outcome", "Search", "cached_search", "expand", "make_search",
+]

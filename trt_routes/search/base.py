@@ -29,6 +29,8 @@ class Search(ABC):
     """A search strategy over canonical routes."""
 
     name: str
+    #: True when ``candidates`` does not depend on what is known (fast, full).
+    static: bool = False
 
     @abstractmethod
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:

@@ -5,6 +5,7 @@ Pinned tokens apply to every route; routes are canonical, so one equal to the de
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 
@@ -40,6 +41,7 @@ class FastSearch(Search):
     """The baseline (varied knobs at their defaults), then one knob changed at a time, in token order."""
 
     name = "fast"
+    static = True
 
     def __init__(self, expr: Expression, catalog: Catalog) -> None:
         routes = _Routes(expr, catalog)
@@ -58,6 +60,7 @@ class FullSearch(Search):
     """Every combination of the listed values."""
 
     name = "full"
+    static = True
 
     def __init__(self, expr: Expression, catalog: Catalog) -> None:
         routes = _Routes(expr, catalog)
@@ -127,6 +130,12 @@ def make_search(mode: str, expr: Expression, catalog: Catalog) -> Search:
         raise RouteError(f"unknown search mode `{mode}`", f"{hint}modes: {', '.join(MODES)}")
     validate_expression(expr, catalog)
     return strategy(expr, catalog)
+
+
+@functools.lru_cache(maxsize=256)
+def cached_search(mode: str, expr: Expression, catalog: Catalog) -> Search:
+    """``make_search`` memoized: strategies are stateless, so jobs sharing a switch group share one."""
+    return make_search(mode, expr, catalog)
 
 
 def expand(mode: str, expr: Expression, catalog: Catalog) -> list[str]:

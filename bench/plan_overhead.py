@@ -1,0 +1,191 @@
+"""Benchmark: trt-routes' own overhead.
+
+1. A synthetic cache of 50,000 trials over 200 jobs (20 models x 10 shapes, 250 routes each, full
+   strategy): time a no-op `plan` and a no-op `apply` (everything cached and locked). Target: < 1 s each.
+2. The repo's quickstart (real ONNX Runtime trials): the tool's overhead per trial, i.e. the wall time
+   of each trial as the coordinator sees it minus the build and measure time inside the worker, as a
+   share of the trial's wall time. Target: < 5%.
+
+Prints a table with ratios against those targets (the baselines the issue names).
+Run: python bench/plan_overhead.py [--jobs-models 20] [--shapes 10]"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from trt_routes.apply import ApplyOptions, SilentReporter, apply, compute_plan  # noqa: E402
+from trt_routes.cache.store import TrialRecord  # noqa: E402
+from trt_routes.jobs import Job  # noqa: E402
+from trt_routes.plan import JobPlan, Plan  # noqa: E402
+from trt_routes.project import open_project  # noqa: E402
+from trt_routes.search import make_search  # noqa: E402
+from trt_routes.signature import cpu_fields  # noqa: E402
+
+GROUP = ("-graph_optimization_level=[disabled|basic|extended|layout|all] -intra_op_num_threads=[1|2|3|4|5] "
+         "-allow_spinning=[0|1] -inter_op_num_threads=[1|2|3|4|5]")
+
+
+def synthetic_project(root: Path, models: int, shapes: int) -> Path:
+    (root / "m").mkdir(parents=True)
+    src = REPO / "recipes" / "quickstart" / "resnet_like.onnx"
+    data: dict[str, Any] = {
+        "schema_version": 1, "switch_groups": {"g": GROUP}, "strategies": {"full": {"mode": "full"}},
+        "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 1e-4}, {"metric": "lInf", "threshold": 1e-2}]}},
+        "defaults": {"switch_group": "g", "strategy": "full", "tolerance": "t"}, "models": {},
+    }
+    import onnx
+
+    base = onnx.load(str(src))
+    for i in range(models):
+        base.doc_string = f"synthetic copy {i}"  # a distinct model digest per copy
+        onnx.save(base, str(root / "m" / f"m{i}.onnx"))
+        data["models"][f"m{i}"] = {"path": f"m/m{i}.onnx",
+                                   "shapes": {f"bs{b + 1}": {"input": [b + 1, 3, 32, 32]} for b in range(shapes)}}
+    path = root / "tuning.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def fill_cache(manifest: Path) -> int:
+    """Write one ok trial per (job, candidate route) straight into the cache, sharing one engine blob."""
+    project = open_project(manifest)
+    engine_sha = project.store.put_bytes(b"synthetic engine")
+    rows: list[TrialRecord] = []
+    sigs: dict[str, dict[str, str]] = {}
+    for job in project.jobs:
+        assert job.expression is not None and job.catalog is not None and job.signature is not None
+        sigs[job.signature.hash] = job.signature.fields
+        routes = ["", *make_search("full", job.expression, job.catalog).candidates({})]
+        for i, route in enumerate(dict.fromkeys(routes)):
+            med = 1.0 + (i * 7919 % 250) / 1000
+            rows.append(TrialRecord(
+                id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
+                signature=job.signature.hash, backend=job.backend, status="ok", median_ms=med,
+                ci_low=med * 0.99, ci_high=med * 1.01, mean_ms=med, stdev_ms=0.01, samples=[med] * 100,
+                losses={"logits": {"cos": 1e-7, "lInf": 1e-5, "l1": 1e-6, "l2": 1e-12,
+                                   "l0@atol=1e-05,rtol=1e-05": 0.0}},
+                build_s=0.01, measure_s=0.1, engine_sha256=engine_sha, **job.key_parts()))
+    with project.open_cache() as cache:
+        return cache.add_trials(rows, sigs)
+
+
+def best_of(fn: Any, n: int = 3) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+class Clock(SilentReporter):
+    """Timestamps each finished trial so per-trial wall time can be compared with worker time."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, TrialRecord, str]] = []
+        self.job_started: dict[str, float] = {}
+
+    def job_start(self, job: Job, builds: int) -> None:
+        self.job_started[job.name] = time.perf_counter()
+
+    def trial_done(self, job: Job, trial: TrialRecord) -> None:
+        self.events.append((time.perf_counter(), trial, job.name))
+
+
+def quickstart_overhead(tmp: Path) -> dict[str, float]:
+    dest = tmp / "quickstart"
+    dest.mkdir()
+    shutil.copy(REPO / "tuning.yaml", dest / "tuning.yaml")
+    shutil.copytree(REPO / "recipes" / "quickstart", dest / "recipes" / "quickstart")
+    clock = Clock()
+    t0 = time.perf_counter()
+    result = apply(open_project(dest / "tuning.yaml"), ApplyOptions(), clock)
+    wall = time.perf_counter() - t0
+    assert result.exit_code == 0
+    shares, per_trial_overhead = [], []
+    prev_by_job: dict[str, float] = {}
+    for stamp, trial, job in clock.events:
+        start = prev_by_job.get(job)
+        prev_by_job[job] = stamp
+        if start is None:  # the first trial of a job also pays for the reference run: skip it
+            continue
+        inside = (trial.build_s or 0) + (trial.measure_s or 0)
+        span = stamp - start
+        per_trial_overhead.append(span - inside)
+        shares.append((span - inside) / span)
+    inside_total = sum((t.build_s or 0) + (t.measure_s or 0) for _, t, _ in clock.events)
+    return {"trials": len(clock.events), "median_share": statistics.median(shares),
+            "p90_share": sorted(shares)[int(0.9 * (len(shares) - 1))],
+            "median_overhead_ms": statistics.median(per_trial_overhead) * 1e3,
+            "median_trial_ms": statistics.median(
+                (t.build_s or 0) * 1e3 + (t.measure_s or 0) * 1e3 for _, t, _ in clock.events),
+            "whole_run_share": (wall - inside_total) / wall, "wall_s": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", type=int, default=20)
+    ap.add_argument("--shapes", type=int, default=10)
+    args = ap.parse_args()
+    rows: list[tuple[str, str, str, str]] = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        manifest = synthetic_project(tmp / "synthetic", args.models, args.shapes)
+        t0 = time.perf_counter()
+        n = fill_cache(manifest)
+        fill_s = time.perf_counter() - t0
+        first = apply(open_project(manifest))  # reselect + lock + materialize, no builds
+        assert first.built == 0 and first.exit_code == 0, [o.error for o in first.outcomes][:3]
+        jobs = len(first.plan.jobs)
+
+        def noop_plan() -> Plan:
+            project = open_project(manifest)  # fresh process state each time: load, resolve, diff
+            with project.open_cache() as cache:
+                plan = compute_plan(project, cache, project.read_lock())
+            assert not plan.has_work
+            return plan
+
+        def noop_apply() -> None:
+            result = apply(open_project(manifest))
+            assert result.built == 0 and not result.lock_written
+            assert all(isinstance(o.action, str) and o.action == "up-to-date" for o in result.outcomes)
+
+        plan_s = best_of(noop_plan)
+        apply_s = best_of(noop_apply)
+        sample: JobPlan = noop_plan().jobs[0]
+        rows.append((f"no-op plan, {n} trials / {jobs} jobs", f"{plan_s:.3f} s", "1 s",
+                     f"{plan_s / 1.0:.2f}"))
+        rows.append(("no-op apply, same cache", f"{apply_s:.3f} s", "1 s", f"{apply_s / 1.0:.2f}"))
+        q = quickstart_overhead(tmp)
+        rows.append((f"quickstart overhead per trial (median of {q['trials']} trials)",
+                     f"{q['median_share'] * 100:.1f}% ({q['median_overhead_ms']:.1f} ms of "
+                     f"{q['median_trial_ms'] + q['median_overhead_ms']:.0f} ms)", "5%",
+                     f"{q['median_share'] / 0.05:.2f}"))
+        rows.append(("quickstart overhead per trial, p90", f"{q['p90_share'] * 100:.1f}%", "5%",
+                     f"{q['p90_share'] / 0.05:.2f}"))
+        rows.append(("quickstart whole run incl. start-up and references",
+                     f"{q['whole_run_share'] * 100:.1f}% of {q['wall_s']:.1f} s", "(info)", "-"))
+    print(f"machine: {cpu_fields()['cpu_model']}, {cpu_fields()['cpu_count']} cores, "
+          f"Python {platform.python_version()}; synthetic cache filled in {fill_s:.1f} s; "
+          f"{sample.reused} cached routes per job")
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measure':<{width}}  {'result':<28}  {'target':<7}  ratio (result/target; < 1 meets it)")
+    for name, value, target, ratio in rows:
+        print(f"{name:<{width}}  {value:<28}  {target:<7}  {ratio}")
+
+
+if __name__ == "__main__":
+    main()
