@@ -109,7 +109,9 @@ def detect() -> Environment:
 def job_signature(hardware: dict[str, str], software: dict[str, str], catalog_digest: str,
                   extra: dict[str, Any] | None = None) -> Signature:
     """The signature of a job: matched hardware + backend software + catalog + protocol."""
-    fields = {**hardware, **software, "catalog": catalog_digest, "protocol": PROTOCOL_VERSION}
+    fields = {**hardware, **software, "protocol": PROTOCOL_VERSION}
+    if "catalog_digest" not in software:
+        fields["catalog_digest"] = catalog_digest
     for key, value in (extra or {}).items():
         fields[key] = str(value)
     return Signature({k: str(v) for k, v in fields.items()})
