@@ -140,6 +140,10 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
         return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands)
     sel = select(trials, list(cands), job.tolerance, lookup)
     if entry is None:
+        if sel.winner is None:
+            return JobPlan(job, "reselect", (f"no eligible route among {len(cands)} cached trials: loosen tolerance "
+                                             f"'{job.tolerance_name}' or change the switch group",), (), reused, None,
+                           cands)
         return JobPlan(job, "reselect", (f"every route is cached ({len(cands)}): select and lock, no builds",),
                        (), reused, None, cands)
     reasons = []
