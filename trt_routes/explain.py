@@ -1,18 +1,74 @@
-"""explain(): why a job's route was chosen, from the cache, the lockfile and the decision log."""
+"""explain(): why a job's route was chosen, from the cache, the lockfile and the decision log.
+
+Everything is computed here (decision in words, margin with its interval, provenance, history);
+renderers only lay it out."""
 
 from __future__ import annotations
 
 import fnmatch
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from trt_routes.cache.store import TrialRecord
+import numpy as np
+
+from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import UsageError
 from trt_routes.jobs import Job
-from trt_routes.plan import outcomes
+from trt_routes.lockfile import Lockfile
+from trt_routes.plan import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
+from trt_routes.routes import describe
 from trt_routes.search import cached_search
 from trt_routes.select import DEFAULT_ROUTE, Selection, select
+
+CONFIDENCE = 0.95
+_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How much faster ``route`` is than the default route: default median / route median."""
+
+    route: str
+    ratio: float
+    low: float
+    high: float
+    method: str
+
+    @property
+    def certain(self) -> bool:
+        """The whole interval lies on one side of 1.0x."""
+        return self.low > 1.0 or self.high < 1.0
+
+    def text(self) -> str:
+        return (f"{self.ratio:.2f}x ({CONFIDENCE:.0%} CI {self.low:.2f}x-{self.high:.2f}x, {self.method})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"route": self.route, "ratio": self.ratio, "ci": [self.low, self.high], "method": self.method}
+
+
+def margin(default: TrialRecord, other: TrialRecord, seed: int = 0) -> Margin | None:
+    """The speed ratio default/other with an interval: a seeded bootstrap of both sample sets when
+    both are stored, otherwise the conservative bounds from the two stored intervals."""
+    if not (default.median_ms and other.median_ms):
+        return None
+    ratio = default.median_ms / other.median_ms
+    a = np.asarray(default.samples, dtype=np.float64)
+    b = np.asarray(other.samples, dtype=np.float64)
+    if a.size >= 2 and b.size >= 2 and np.isfinite(a).all() and np.isfinite(b).all() and (b > 0).all():
+        rng = np.random.default_rng(seed)
+        ma = np.median(a[rng.integers(0, a.size, size=(_RESAMPLES, a.size))], axis=1)
+        mb = np.median(b[rng.integers(0, b.size, size=(_RESAMPLES, b.size))], axis=1)
+        tail = (1.0 - CONFIDENCE) / 2.0
+        low, high = (float(v) for v in np.quantile(ma / mb, [tail, 1.0 - tail]))
+        return Margin(other.route, ratio, min(low, ratio), max(high, ratio),
+                      f"bootstrap of {a.size}+{b.size} samples")
+    if default.ci_low and default.ci_high and other.ci_low and other.ci_high:
+        return Margin(other.route, ratio, default.ci_low / other.ci_high, default.ci_high / other.ci_low,
+                      "bounds from the stored intervals")
+    return None
 
 
 @dataclass
@@ -24,30 +80,41 @@ class Explanation:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     signature: dict[str, str] | None = None
     other_groups: int = 0
+    margin: Margin | None = None
+    decision: list[str] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    older: list[dict[str, Any]] = field(default_factory=list)
+
+    def verdict(self, route: str) -> str:
+        v = self.selection.verdict(route) if self.selection else None
+        return v.reason if v else "not a candidate of the current search"
 
     def to_json(self) -> dict[str, Any]:
         sel = self.selection
-        verdicts = {v.route: v for v in sel.verdicts} if sel else {}
         return {
             "job": self.job.name,
             "rule": sel.rule if sel else None,
             "summary": sel.summary if sel else "no trials measured under this job's current signature",
+            "decision": self.decision,
             "winner": sel.winner if sel else None,
             "default_ms": sel.default_ms if sel else None,
             "chosen_ms": sel.chosen_ms if sel else None,
             "speedup": sel.speedup if sel else None,
+            "margin": self.margin.to_json() if self.margin else None,
             "tolerance": {"name": self.job.tolerance_name, **self.job.tolerance.model_dump(mode="json")},
             "trials": [
                 {"route": t.route, "status": t.status, "median_ms": t.median_ms,
                  "ci_ms": [t.ci_low, t.ci_high], "losses": t.losses, "build_s": t.build_s,
                  "error": t.error or None, "created_at": t.created_at, "host": t.host, "source": t.source,
-                 "verdict": verdicts[t.route].reason if t.route in verdicts else "not a candidate now"}
+                 "verdict": self.verdict(t.route)}
                 for t in self.trials
             ],
             "signature": self.signature,
+            "provenance": self.provenance,
             "lock": self.lock,
             "history": self.decisions,
             "trials_under_other_signatures": self.other_groups,
+            "older_groups": self.older,
         }
 
 
@@ -68,18 +135,128 @@ def find_job(project: Project, name: str) -> Job:
 
 def explain(project: Project, name: str) -> Explanation:
     job = find_job(project, name)
-    lock = project.read_lock().jobs.get(job.name)
     with project.open_cache() as cache:
-        trials = cache.group(job.group_key) if not job.blocked else {}
-        sel = None
-        if trials and job.expression is not None and job.catalog is not None:
-            lookup = LossLookupFromBlobs(cache, project.store)
-            search = cached_search(job.strategy.mode, job.expression, job.catalog)
-            cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, lookup))]
-            sel = select(trials, cands, job.tolerance, lookup)
-        all_trials = cache.trials_for_job(job.name)
-        other = len({t.group_key for t in all_trials} - {job.group_key})
-        ordered = sorted(trials.values(), key=lambda t: (t.median_ms is None, t.median_ms or 0, t.route))
-        return Explanation(job=job, selection=sel, trials=ordered, lock=lock,
-                           decisions=cache.decisions(job.name),
-                           signature=job.signature.fields if job.signature else None, other_groups=other)
+        return explain_job(project, job, cache, project.read_lock())
+
+
+def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -> Explanation:
+    """The explanation of one job against an open cache and a read lockfile (no writes)."""
+    entry = lock.jobs.get(job.name)
+    trials = cache.group(job.group_key) if not job.blocked else {}
+    sel = None
+    if trials and job.expression is not None and job.catalog is not None:
+        lookup = LossLookupFromBlobs(cache, project.store)
+        search = cached_search(job.strategy.mode, job.expression, job.catalog)
+        cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, lookup))]
+        sel = select(trials, cands, job.tolerance, lookup)
+    others = [t for t in cache.trials_for_job(job.name) if t.group_key != job.group_key]
+    ordered = sorted(trials.values(), key=lambda t: (t.median_ms is None, t.median_ms or 0, t.route))
+    ex = Explanation(job=job, selection=sel, trials=ordered, lock=entry, decisions=cache.decisions(job.name),
+                     signature=job.signature.fields if job.signature else None,
+                     other_groups=len({t.group_key for t in others}))
+    if sel is not None:
+        ex.margin, ex.decision = _decision(job, sel, trials, entry)
+    ex.provenance = _provenance(job, trials, sel)
+    ex.older = _older_groups(job, others, cache)
+    return ex
+
+
+def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
+              entry: dict[str, Any] | None) -> tuple[Margin | None, list[str]]:
+    """The decision in words and the margin that backs it."""
+    lines = [sel.summary]
+    default = trials.get(DEFAULT_ROUTE)
+    fair = default is not None and default.status == "ok" and default.median_ms is not None
+    mg: Margin | None = None
+    if sel.winner not in (None, DEFAULT_ROUTE) and fair:
+        assert default is not None and sel.winner is not None
+        win = trials[sel.winner]
+        mg = margin(default, win, job.measurement.seed)
+        if mg is not None:
+            lines.append(f"Margin over the default: {mg.text()}; default {_ms_ci(default)}, "
+                         f"winner {_ms_ci(win)}.")
+            if not mg.certain:
+                lines.append("The interval includes 1.0x: this gain is within the measured noise.")
+    elif sel.winner == DEFAULT_ROUTE and default is not None and default.median_ms is not None:
+        lines.extend(_why_default_stayed(job, sel, trials, default))
+    elif sel.winner is not None and not fair:
+        lines.append("The default route has no valid measurement "
+                     f"({sel.verdict(DEFAULT_ROUTE).reason if sel.verdict(DEFAULT_ROUTE) else 'not measured'}), "
+                     "so there is no margin to compare against.")
+    if entry is not None and sel.winner is not None and entry.get("route") != sel.winner:
+        lines.append(f"The lock holds {describe(entry.get('route') or '')}, but the trials now select "
+                     f"{describe(sel.winner)}: run `trt-routes plan` to see why and `trt-routes apply` to update.")
+    return mg, lines
+
+
+def _why_default_stayed(job: Job, sel: Selection, trials: dict[str, TrialRecord],
+                        default: TrialRecord) -> list[str]:
+    faster_bad: list[str] = []
+    challenger: TrialRecord | None = None
+    for v in sel.verdicts:
+        if v.route == DEFAULT_ROUTE:
+            continue
+        t = trials.get(v.route)
+        if t is None:
+            continue
+        if not v.eligible:
+            if t.median_ms is None or t.median_ms < (default.median_ms or 0):
+                faster_bad.append(f"{describe(v.route)} ({v.reason})")
+        elif t.median_ms is not None and (challenger is None or t.median_ms < (challenger.median_ms or math.inf)):
+            challenger = t
+    lines = ["Why the default stayed:"]
+    if challenger is not None:
+        mg = margin(default, challenger, job.measurement.seed)
+        lines.append(f"  the fastest eligible challenger, {describe(challenger.route)}, is "
+                     + (mg.text() if mg else f"{(default.median_ms or 0) / (challenger.median_ms or 1):.2f}x")
+                     + " as fast as the default")
+    else:
+        lines.append("  no other route was eligible")
+    if faster_bad:
+        lines.append(f"  {len(faster_bad)} route(s) faster than the default or without a timing were not "
+                     "eligible: " + "; ".join(faster_bad))
+    return lines
+
+
+def _ms_ci(t: TrialRecord) -> str:
+    ci = f" [{t.ci_low:.3g}-{t.ci_high:.3g}]" if t.ci_low is not None and t.ci_high is not None else ""
+    return f"{t.median_ms:.3g} ms{ci}"
+
+
+def _provenance(job: Job, trials: dict[str, TrialRecord], sel: Selection | None) -> dict[str, Any]:
+    """Where the evidence came from: signature, when, which hosts, imported from where."""
+    recs = list(trials.values())
+    prov: dict[str, Any] = {
+        "signature_hash": job.signature.hash if job.signature else None,
+        "signature": job.signature.fields if job.signature else None,
+        "trials": len(recs),
+    }
+    if recs:
+        stamps = sorted(t.created_at for t in recs)
+        prov["measured"] = {"first": stamps[0], "last": stamps[-1]}
+        prov["hosts"] = dict(sorted(Counter(t.host or "?" for t in recs).items()))
+        prov["sources"] = dict(sorted(Counter(t.source or "local" for t in recs).items()))
+        prov["tool_versions"] = sorted({t.tool_version for t in recs if t.tool_version})
+    win = trials.get(sel.winner) if sel is not None and sel.winner is not None else None
+    if win is not None:
+        prov["winner_trial"] = {"id": win.id, "created_at": win.created_at, "host": win.host,
+                                "source": win.source or "local", "tool_version": win.tool_version,
+                                "engine_sha256": win.engine_sha256}
+    return prov
+
+
+def _older_groups(job: Job, others: list[TrialRecord], cache: CacheStore) -> list[dict[str, Any]]:
+    """Trials of this job under other keys, newest first, with why they no longer apply."""
+    groups: dict[str, list[TrialRecord]] = {}
+    for t in others:
+        groups.setdefault(t.group_key, []).append(t)
+    out = []
+    for key, recs in groups.items():
+        first = recs[0]
+        old = {attr: getattr(first, attr) for attr in job.key_parts()}
+        why = stale_reasons(job, old, cache.signature_fields(first.signature))
+        if first.backend != job.backend:
+            why.append(f"backend {first.backend} -> {job.backend}")
+        out.append({"group_key": key, "trials": len(recs), "last": max(t.created_at for t in recs),
+                    "changed": why or ["(nothing recorded differs)"]})
+    return sorted(out, key=lambda g: g["last"], reverse=True)

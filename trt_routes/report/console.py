@@ -173,46 +173,92 @@ class RichReporter(PlainReporter):
             self.progress.stop()
 
 
+def _tolerance_text(job: Job) -> str:
+    checks = ", ".join(f"{c.metric} < {c.threshold:g}" for c in job.tolerance.checks)
+    return f"'{job.tolerance_name}': {checks or 'no checks'}" + "".join(
+        f"; output {o}: " + ", ".join(f"{c.metric} < {c.threshold:g}" for c in cs)
+        for o, cs in sorted(job.tolerance.outputs.items()))
+
+
+def _verdict_style(reason: str, winner: bool) -> str:
+    if winner:
+        return "bold green"
+    if reason.startswith(("slower", "tied")):
+        return ""
+    return "dim" if reason.startswith("not a candidate") else "red"
+
+
 def render_explain(ex: Explanation, console: Console) -> None:
     job = ex.job
-    console.print(f"[bold]{job.name}[/]  backend {job.backend}, strategy '{job.strategy_name}' "
+    console.print(f"[bold]{escape(job.name)}[/]  backend {job.backend}, strategy '{job.strategy_name}' "
                   f"({job.strategy.mode}), switch group '{job.switch_group}', tolerance '{job.tolerance_name}'")
     if job.blocked:
         console.print(f"[red]blocked:[/] {escape(job.blocked)}")
     sel = ex.selection
+    console.print("\n[bold]Decision:[/]")
     if sel is None:
-        console.print("No trials under this job's current signature and keys"
-                      + (f" ({ex.other_groups} older group(s) of trials exist: run `trt-routes plan` "
-                         "to see why they no longer apply)" if ex.other_groups else "") + ".")
+        console.print("  No trials under this job's current signature and keys"
+                      + (f" ({ex.other_groups} older group(s) of trials exist, see Provenance)"
+                         if ex.other_groups else "") + ".", markup=False)
     else:
-        console.print(f"Decision: {sel.summary}", markup=False)
-        console.print(f"Rule: {sel.rule}")
-        checks = ", ".join(f"{c.metric} < {c.threshold:g}" for c in job.tolerance.checks)
-        console.print(f"Tolerance: {checks}" + "".join(
-            f"; output {o}: " + ", ".join(f"{c.metric} < {c.threshold:g}" for c in cs)
-            for o, cs in sorted(job.tolerance.outputs.items())))
-        table = Table(show_lines=False)
+        for line in ex.decision:
+            console.print(f"  {line}", markup=False, highlight=False)
+        console.print(f"  Rule: {sel.rule}", markup=False, highlight=False)
+        console.print(f"  Tolerance {_tolerance_text(job)}", markup=False, highlight=False)
+        table = Table(title="Trials", title_justify="left", show_lines=False)
         for col in ("route", "status", "median ms", "95% CI", "losses", "build s", "verdict"):
             table.add_column(col, overflow="fold")
-        verdicts = {v.route: v for v in sel.verdicts}
+        keys = sorted({c.key for c in job.tolerance.checks}
+                      | {c.key for cs in job.tolerance.outputs.values() for c in cs}) or None
         for t in ex.trials:
-            v = verdicts.get(t.route)
-            style = "bold green" if t.route == sel.winner else ""
-            table.add_row(f"[{style}]{describe(t.route)}[/]" if style else describe(t.route), t.status,
-                          ms(t.median_ms), f"{ms(t.ci_low)}-{ms(t.ci_high)}" if t.ci_low else "-",
-                          loss_text(t.losses), f"{t.build_s:.3f}" if t.build_s is not None else "-",
-                          escape(v.reason) if v else "not a candidate of the current search")
+            reason = ex.verdict(t.route)
+            style = _verdict_style(reason, t.route == sel.winner)
+            route = escape(describe(t.route))
+            table.add_row(f"[{style}]{route}[/]" if t.route == sel.winner else route, t.status,
+                          ms(t.median_ms),
+                          f"{ms(t.ci_low)}-{ms(t.ci_high)}" if t.ci_low is not None else "-",
+                          escape(loss_text(t.losses, keys)), f"{t.build_s:.3f}" if t.build_s is not None else "-",
+                          f"[{style}]{escape(reason)}[/]" if style else escape(reason))
         console.print(table)
-    if ex.signature:
-        console.print("Signature: " + ", ".join(f"{k}={v}" for k, v in sorted(ex.signature.items())))
+    _render_provenance(ex, console)
+    console.print("\n[bold]Lock:[/]")
     if ex.lock:
         eng = ex.lock.get("engine", {})
-        console.print(f"Locked: {describe(ex.lock.get('route') or '')} -> {eng.get('path')} "
-                      f"(sha256 {str(eng.get('sha256'))[:12]})")
+        console.print(f"  {describe(ex.lock.get('route') or '')} -> {eng.get('path')} "
+                      f"(sha256 {str(eng.get('sha256'))[:12]})", markup=False, highlight=False)
+    else:
+        console.print("  no lock entry yet: run `trt-routes apply`", markup=False)
     if ex.decisions:
-        console.print("History:")
+        console.print("\n[bold]History:[/] (lock decisions, oldest first)")
         for d in ex.decisions:
-            console.print(f"  {d['at']}  {describe(d['route'] or '')}  ({d['reason']})", markup=False)
+            prev = describe(d["previous_route"] or "") if d.get("previous_route") is not None else None
+            was = f"; was {prev}" if prev is not None and prev not in str(d["reason"]) else ""
+            console.print(f"  {d['at']}  {describe(d['route'] or '')}  ({d['reason']}{was}; engine "
+                          f"{str(d.get('engine_sha256') or '')[:12]})", markup=False, highlight=False)
+
+
+def _render_provenance(ex: Explanation, console: Console) -> None:
+    prov = ex.provenance
+    console.print("\n[bold]Provenance:[/]")
+    if ex.signature:
+        console.print(f"  signature {prov.get('signature_hash')}: "
+                      + ", ".join(f"{k}={v}" for k, v in sorted(ex.signature.items())),
+                      markup=False, highlight=False)
+    if prov.get("trials"):
+        hosts = ", ".join(f"{h} ({n})" for h, n in prov["hosts"].items())
+        sources = ", ".join(("measured here" if s == "local" else f"imported from {s}") + f" ({n})"
+                            for s, n in prov["sources"].items())
+        console.print(f"  {prov['trials']} trial(s) measured {prov['measured']['first']} .. "
+                      f"{prov['measured']['last']} on {hosts}; {sources}; trt-routes "
+                      f"{', '.join(prov['tool_versions']) or '?'}", markup=False, highlight=False)
+    win = prov.get("winner_trial")
+    if win:
+        src = "measured here" if win["source"] == "local" else f"imported from {win['source']}"
+        console.print(f"  winner trial {win['id'][:16]}: {win['created_at']} on {win['host']}, {src}",
+                      markup=False, highlight=False)
+    for g in ex.older:
+        console.print(f"  older: {g['trials']} trial(s) up to {g['last']} no longer apply: "
+                      + "; ".join(g["changed"]), markup=False, highlight=False)
 
 
 def render_status(rows: list[JobStatus], console: Console) -> None:
