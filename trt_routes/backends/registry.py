@@ -13,6 +13,7 @@ from trt_routes.errors import BackendUnavailable, UsageError
 BUILTIN: dict[str, tuple[str, str]] = {
     "onnxruntime": ("trt_routes.backends.onnxruntime:OnnxRuntimeBackend", "pip install onnxruntime"),
     "tensorrt": ("trt_routes.backends.tensorrt:TensorRTBackend", "pip install 'trt-routes[tensorrt]'"),
+    "replay": ("trt_routes.backends.replay:ReplayBackend", "set TRT_ROUTES_LANDSCAPE to a landscape file"),
 }
 
 ENTRY_POINT_GROUP = "trt_routes.backends"
