@@ -1,5 +1,10 @@
 """A fault-injecting backend for isolation tests: the real ONNX Runtime backend plus one knob,
-``-fault``, whose values make the worker segfault, hang, raise or emit NaN/Inf at build or run time.
+``-fault``, whose values make the worker segfault, hang, raise or emit NaN/Inf at build or run time,
+and one, ``-sleep_ms``, that adds a fixed delay to every timed run (a landscape with a clear winner).
+
+``-fault=kill-host-once`` kills the process hosting the worker (the Ray worker, under the Ray
+executor) the first time any trial uses it, then builds normally: a worker dying mid-trial. It needs
+TRT_ROUTES_FAULT_MARKER (a file path that records the first attempt).
 
 It is registered through TRT_ROUTES_BACKENDS (so spawned workers see it too) and exercises the
 real subprocess isolation: the crashes are real signals in a real worker process."""
@@ -16,17 +21,32 @@ from typing import Any
 
 import numpy as np
 
-from trt_routes.backends.base import BuildSpec, Feeds
+from trt_routes.backends.base import BuildSpec, Feeds, time_on_host
 from trt_routes.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeRunner
 from trt_routes.catalog import Catalog, Knob
 
-FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "slow")
+FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "slow", "kill-host-once")
+
+
+def kill_host_once() -> None:
+    """First call (per marker file): SIGKILL the hosting process (under Ray) and this worker."""
+    marker = Path(os.environ["TRT_ROUTES_FAULT_MARKER"])
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return  # a retry: behave
+    os.write(fd, f"{os.getpid()} {os.getppid()}".encode())
+    os.close(fd)
+    if os.environ.get("TRT_ROUTES_HOST") == "ray":
+        os.kill(os.getppid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class FaultyRunner:
-    def __init__(self, inner: OnnxRuntimeRunner, fault: str) -> None:
+    def __init__(self, inner: OnnxRuntimeRunner, fault: str, sleep_ms: int = 0) -> None:
         self.inner = inner
         self.fault = fault
+        self.sleep_ms = sleep_ms
 
     def run(self, feeds: Feeds) -> Feeds:
         out = self.inner.run(feeds)
@@ -40,6 +60,10 @@ class FaultyRunner:
     def time(self, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
         if self.fault == "slow":
             time.sleep(0.5)
+        if self.sleep_ms:
+            delay = self.sleep_ms / 1e3
+            return time_on_host(lambda f: (time.sleep(delay), self.inner.run(f)), feeds, warmup, iterations,
+                                repeats)
         return self.inner.time(feeds, warmup, iterations, repeats)
 
 
@@ -49,7 +73,8 @@ class FaultBackend(OnnxRuntimeBackend):
     def catalog(self) -> Catalog:
         base = super().catalog()
         fault = Knob("-fault", FAULTS, "none", "inject a fault into the worker (tests only)", "build")
-        return Catalog(backend=self.name, version=base.version, knobs=(*base.knobs, fault),
+        sleep = Knob("-sleep_ms", None, "4", "sleep this long in every timed run (tests only)", "runtime")
+        return Catalog(backend=self.name, version=base.version, knobs=(*base.knobs, fault, sleep),
                        tuner_version=base.tuner_version)
 
     def software(self) -> dict[str, str]:
@@ -59,6 +84,7 @@ class FaultBackend(OnnxRuntimeBackend):
     def _split(spec: BuildSpec) -> tuple[BuildSpec, str]:
         route = dict(spec.route)
         fault = route.pop("-fault", "none")
+        route.pop("-sleep_ms", None)
         return replace(spec, route=route), fault
 
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
@@ -71,8 +97,11 @@ class FaultBackend(OnnxRuntimeBackend):
             time.sleep(3600)
         if fault == "raise":
             raise RuntimeError("injected build failure")
+        if fault == "kill-host-once":
+            kill_host_once()
         return super().build(inner, engine_path)
 
     def load(self, engine_path: Path, spec: BuildSpec) -> Any:
+        sleep_ms = int(spec.route.get("-sleep_ms", "4"))
         inner, fault = self._split(spec)
-        return FaultyRunner(super().load(engine_path, inner), fault)
+        return FaultyRunner(super().load(engine_path, inner), fault, sleep_ms)

@@ -14,7 +14,7 @@ from trt_routes import canonical
 from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import UsageError
-from trt_routes.execute.local import LocalExecutor
+from trt_routes.execute.base import Executor
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
@@ -22,7 +22,7 @@ from trt_routes.measure import timing_stats
 from trt_routes.plan import JobPlan, Plan, candidates_key, make_plan, outcomes
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
-from trt_routes.search import cached_search
+from trt_routes.search import Search, cached_search
 from trt_routes.select import DEFAULT_ROUTE, Selection, select
 
 EXIT_OK, EXIT_WORK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 1, 2, 3, 4
@@ -52,6 +52,9 @@ class ApplyOptions:
     keep_going: bool = False
     dry_run: bool = False
 
+    workers: int | None = None  # None: the manifest's execution.workers (default: every matching GPU, 1 CPU)
+    executor: str | None = None  # local | ray (None: the manifest's)
+    address: str | None = None  # ray cluster address
 
 @dataclass
 class JobOutcome:
@@ -124,7 +127,7 @@ class Applier:
     """Runs one apply over a project with one executor and one open cache."""
 
     def __init__(self, project: Project, cache: CacheStore, lock: Lockfile, reporter: Reporter,
-                 options: ApplyOptions, executor: LocalExecutor) -> None:
+                 options: ApplyOptions, executor: Executor) -> None:
         self.project = project
         self.cache = cache
         self.lock = lock
@@ -156,20 +159,60 @@ class Applier:
         return result.inputs_sha256, result.outputs_sha256
 
     # -- trials ----------------------------------------------------------------------------
-    def run_trial(self, job: Job, route: str, ref: tuple[str, str]) -> TrialRecord:
-        task = TrialTask(
+    def trial_task(self, job: Job, route: str, ref: tuple[str, str]) -> TrialTask:
+        return TrialTask(
             backend=job.backend, spec=job.build_spec(route_dict(route)), store_root=str(self.store.root),
             inputs_sha=ref[0], reference_sha=ref[1], l0_params=job.l0_params,
             warmup=job.measurement.warmup, iterations=job.measurement.iterations,
             repeats=job.measurement.repeats, seed=job.measurement.seed,
         )
-        result = self.executor.run(task, job.measurement.timeout_s)
+
+    def run_trial(self, job: Job, route: str, ref: tuple[str, str]) -> TrialRecord:
+        result = self.executor.run(self.trial_task(job, route, ref), job.measurement.timeout_s)
+        return self.record(job, route, result)
+
+    def record(self, job: Job, route: str, result: TaskResult) -> TrialRecord:
+        """The one place a trial result becomes a cache row (the coordinator is the only writer)."""
         record = to_record(job, route, result)
         self.cache.add_trial(record, job.signature.fields if job.signature else None)
         self.reporter.trial_done(job, record)
         return record
 
     def run_job(self, jp: JobPlan) -> JobOutcome:
+    def search_loop(self, job: Job, search: Search, trials: dict[str, TrialRecord], ref: tuple[str, str],
+                    budget: int | None) -> int:
+        """Dispatch the search's missing routes to free workers and record results as they arrive, in
+        any order; returns the number of trials built. After each result the search is asked again,
+        so an adaptive search sees every finished trial before proposing more; whatever it proposes
+        is dispatched as far as free workers allow (one worker: one at a time, in the search's order).
+        The default route always runs; ``budget`` caps the others (trials in flight count)."""
+        device = job.target_data.get("device") or None
+        in_flight: dict[int, str] = {}
+        built = 0
+        stopped = False
+        while True:
+            if not stopped:
+                batch = search.next_batch(outcomes(trials, job.tolerance, self.lookup))
+                if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
+                    batch = [DEFAULT_ROUTE, *batch]
+                running = set(in_flight.values())
+                batch = [r for r in batch if r not in running and r not in trials]
+                # one slot is always tried when nothing runs, so an executor without a matching
+                # worker says so instead of the search ending silently
+                room = max(self.executor.free_slots(device), 0 if in_flight else 1)
+                for route in batch[:room]:
+                    if budget is not None and built + len(in_flight) >= budget and route != DEFAULT_ROUTE:
+                        stopped = True  # budget spent: let what runs finish, propose nothing more
+                        break
+                    task = self.trial_task(job, route, ref)
+                    in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route
+            if not in_flight:
+                return built
+            ticket, result = self.executor.wait()
+            route = in_flight.pop(ticket)
+            trials[route] = self.record(job, route, result)
+            built += 1
+
         job = jp.job
         start = time.perf_counter()
         outcome = JobOutcome(job=job, action=jp.action)
@@ -182,20 +225,7 @@ class Applier:
                 search = cached_search(job.strategy.mode, job.expression, job.catalog)
                 budget = job.strategy.max_builds
                 self.reporter.job_start(job, len(jp.to_build))
-                while True:
-                    batch = search.next_batch(outcomes(trials, job.tolerance, self.lookup))
-                    if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
-                        batch = [DEFAULT_ROUTE, *batch]
-                    if not batch:
-                        break
-                    for route in batch:
-                        if budget is not None and built >= budget and route != DEFAULT_ROUTE:
-                            break
-                        trials[route] = self.run_trial(job, route, ref)
-                        built += 1
-                    else:
-                        continue
-                    break
+                built = self.search_loop(job, search, trials, ref, budget)
                 cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, self.lookup))]
                 cands = [r for r in dict.fromkeys(cands) if r in trials]
             else:
@@ -282,8 +312,14 @@ class _JobFailed(Exception):
 
 
 def apply(project: Project, options: ApplyOptions | None = None, reporter: Reporter | None = None,
-          executor_factory: Callable[[], LocalExecutor] = LocalExecutor) -> ApplyResult:
-    """Bring caches, engines and tuning.lock in line with the manifest."""
+          executor_factory: Callable[[], Executor] | None = None,
+          check_plan: Callable[[Plan, CacheStore, Lockfile], None] | None = None) -> ApplyResult:
+    """Bring caches, engines and tuning.lock in line with the manifest.
+
+    ``check_plan`` sees the plan under the project lock before anything is written and may refuse it
+    by raising (a saved plan that went stale: ``trt_routes.saved_plan``).
+
+    ``executor_factory`` defaults to the executor ``options`` and the manifest's ``execution`` ask for."""
     options = options or ApplyOptions()
     reporter = reporter or SilentReporter()
     try:
@@ -294,10 +330,17 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
     with guard:
         cache = project.open_cache()
         try:
+        if executor_factory is None:
+            from trt_routes.execute.config import execution_config, prepare
+
+            executor_factory = prepare(project, execution_config(
+                project, options.workers, options.executor, options.address))
             lock = project.read_lock()
             plan = compute_plan(project, cache, lock, options.only)
             reporter.plan(plan)
             result = ApplyResult(plan=plan)
+            if check_plan is not None:
+                check_plan(plan, cache, lock)
             if options.dry_run:
                 return result
             with executor_factory() as executor:

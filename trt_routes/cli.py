@@ -199,8 +199,16 @@ def apply(
         cls = RichReporter if out.is_terminal and not as_json else PlainReporter
         reporter = cls(out, verbose=verbose, quiet=quiet or as_json)
         try:
-            result = do_apply(project, ApplyOptions(only=only or [], keep_going=keep_going, dry_run=dry_run),
+            result = do_apply(project, ApplyOptions(only=only or [], keep_going=keep_going, dry_run=dry_run,
+                                                    workers=workers, executor=executor, address=address),
                               reporter)
+    workers: Annotated[int | None, typer.Option(
+        "--workers", "-j", help="Local workers: GPUs used per GPU kind (default: all), CPU workers (default "
+        "1; more share the cores and change the CPU signature).")] = None,
+    executor: Annotated[str | None, typer.Option(
+        "--executor", help="local or ray (default: the manifest's execution.executor, else local).")] = None,
+    address: Annotated[str | None, typer.Option(
+        "--address", help="Ray cluster address, e.g. ray://head:10001 or auto (needs trt-routes[ray]).")] = None,
         finally:
             reporter.close()
         if dry_run:

@@ -21,6 +21,8 @@ from trt_routes.signature import Environment, detect
 class Project:
     loaded: LoadedManifest
     env: Environment = field(default_factory=detect)
+    #: (concurrent CPU trials per machine, cores each): see ``Environment.cpu_shared``.
+    cpu_share: tuple[int, int | None] = (1, None)
 
     @property
     def root(self) -> Path:
@@ -42,9 +44,23 @@ class Project:
     def out_dir(self) -> Path:
         return self.loaded.resolve(self.loaded.manifest.paths.out)
 
+    @property
+    def job_env(self) -> Environment:
+        """The environment jobs are resolved with: ``env`` with the CPU shared as trials will share it."""
+        return self.env.cpu_shared(*self.cpu_share)
+
     @cached_property
     def jobs(self) -> list[Job]:
-        return resolve_jobs(self.loaded, self.env)
+        return resolve_jobs(self.loaded, self.job_env)
+
+    def use_environment(self, env: Environment | None = None,
+                        cpu_share: tuple[int, int | None] | None = None) -> None:
+        """Resolve jobs for another environment (a cluster's) or CPU split; forgets jobs resolved before."""
+        if env is not None:
+            self.env = env
+        if cpu_share is not None:
+            self.cpu_share = cpu_share
+        self.__dict__.pop("jobs", None)
 
     def select_jobs(self, patterns: list[str] | None) -> list[Job]:
         if not patterns:
@@ -69,7 +85,9 @@ class Project:
 
 def open_project(manifest: Path | str, env: Environment | None = None) -> Project:
     loaded = load_manifest(manifest)
-    return Project(loaded, env or detect())
+    execution = loaded.manifest.execution
+    share = (execution.workers or 1, None) if execution.executor == "local" else (1, None)
+    return Project(loaded, env or detect(), cpu_share=share)
 
 
 class LossLookupFromBlobs:

@@ -55,6 +55,19 @@ class Environment:
             return {"device": "gpu", **gpu}
         return None
 
+    def cpu_shared(self, workers: int, cores_per_worker: int | None = None) -> Environment:
+        """This environment as seen by one of ``workers`` concurrent CPU trials, each bounded to
+        ``cores_per_worker`` cores (default: an equal share). Such trials are measured on fewer cores,
+        next to neighbours sharing caches and memory bandwidth, so they are different facts: the
+        signature says so (``cpu_count`` = the trial's cores, ``cpu_workers``) and they never mix
+        with trials measured alone. One worker leaves the environment unchanged."""
+        if workers <= 1:
+            return self
+        cores = int(self.cpu.get("cpu_count", "1") or 1)
+        per = cores_per_worker or max(1, cores // workers)
+        return Environment(cpu={**self.cpu, "cpu_count": str(per), "cpu_workers": str(workers)},
+                           gpus=self.gpus)
+
     def describe_missing(self, target: Target) -> str:
         want = " and ".join(
             p for p in (f"name '{target.name}'" if target.name else "",

@@ -332,8 +332,11 @@ class OnnxRuntimeBackend(Backend):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # run the engine as saved
         so.execution_mode = getattr(ort.ExecutionMode, EXECUTION_MODES[values["-execution_mode"]])
         so.execution_order = getattr(ort.ExecutionOrder, EXECUTION_ORDERS[values["-execution_order"]])
-        so.intra_op_num_threads = int(values["-intra_op_num_threads"])
-        so.inter_op_num_threads = int(values["-inter_op_num_threads"])
+        # "0" means "ORT chooses" (one thread per core it sees); a worker bounded to fewer cores by the
+        # executor (TRT_ROUTES_CPU_THREADS, see trt_routes.execute.pool) makes that choice explicit.
+        bound = int(os.environ.get("TRT_ROUTES_CPU_THREADS", "0") or 0)
+        so.intra_op_num_threads = int(values["-intra_op_num_threads"]) or bound
+        so.inter_op_num_threads = int(values["-inter_op_num_threads"]) or bound
         so.enable_mem_pattern = values["-enable_mem_pattern"] == "1"
         so.enable_cpu_mem_arena = values["-enable_cpu_mem_arena"] == "1"
         so.add_session_config_entry("session.intra_op.allow_spinning", values["-allow_spinning"])

@@ -7,11 +7,42 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import signal
+import threading
+from collections.abc import Iterator, Mapping
 from multiprocessing.process import BaseProcess
 
+from trt_routes.execute.base import SerialDispatch
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
 from trt_routes.execute.worker import serve
+
+#: Spawning takes the environment and CPU affinity from the spawning thread: one spawn at a time.
+_SPAWN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _spawn_context(env: Mapping[str, str], cpus: frozenset[int] | None) -> Iterator[None]:
+    """``env`` set (and this thread pinned to ``cpus``) while a child is spawned, then restored.
+
+    The child's environment is fixed at exec, before it imports numpy or any CUDA library, which is
+    what CUDA_VISIBLE_DEVICES and the thread-count variables need; affinity is inherited at fork."""
+    with _SPAWN_LOCK:
+        saved = {k: os.environ.get(k) for k in env}
+        saved_cpus = os.sched_getaffinity(0) if cpus and hasattr(os, "sched_setaffinity") else None
+        os.environ.update(env)
+        if saved_cpus is not None:
+            os.sched_setaffinity(0, cpus)  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if saved_cpus is not None:
+                os.sched_setaffinity(0, saved_cpus)
 
 
 def _signal_name(code: int | None) -> str:
@@ -26,14 +57,15 @@ def _signal_name(code: int | None) -> str:
 
 
 class Worker:
-    """One isolated worker process (spawned, so no state leaks from the coordinator)."""
+    """One isolated worker process (spawned, so no state leaks from the coordinator), started with
+    ``env`` added to its environment and, given ``cpus``, bound to those CPU cores."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc: BaseProcess = ctx.Process(target=serve, args=(child,), daemon=True)
-        self._env = env or {}
-        self.proc.start()
+        with _spawn_context(env or {}, cpus):
+            self.proc.start()
         child.close()
 
     def run(self, task: TrialTask | ReferenceTask, timeout: float) -> tuple[TaskResult, bool]:
@@ -70,16 +102,22 @@ class Worker:
         self.conn.close()
 
 
-class LocalExecutor:
-    """Runs tasks one at a time in a reused worker; replaces the worker after any failure."""
+class LocalExecutor(SerialDispatch):
+    """Runs tasks one at a time in a reused worker; replaces the worker after any failure.
 
-    def __init__(self) -> None:
+    ``env`` and ``cpus`` shape every worker it starts (a GPU pinned with CUDA_VISIBLE_DEVICES, a
+    bounded thread count, a set of cores)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
+        super().__init__()
         self._worker: Worker | None = None
         self.workers_started = 0
+        self.env = dict(env or {})
+        self.cpus = cpus
 
     def run(self, task: TrialTask | ReferenceTask, timeout: float) -> TaskResult:
         if self._worker is None:
-            self._worker = Worker()
+            self._worker = Worker(self.env, self.cpus)
             self.workers_started += 1
         result, healthy = self._worker.run(task, timeout)
         if not healthy:

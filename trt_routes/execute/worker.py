@@ -122,6 +122,8 @@ def serve(conn: Connection) -> None:
                 result = run_trial(task)
             elif isinstance(task, ReferenceTask):
                 result = run_reference(task)
+            elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
+                result = task.execute()
             else:
                 result = TaskResult(status="crashed", error=f"unknown task {type(task).__name__}")
         except Exception as exc:

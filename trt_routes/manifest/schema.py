@@ -137,6 +137,18 @@ class Target(Strict):
 
 
 class Paths(Strict):
+class Execution(Strict):
+    """Where trials run. Not part of any key, except that CPU targets split over several workers are
+    measured on fewer cores each, which the signature records (``cpu_count``, ``cpu_workers``)."""
+
+    executor: Literal["local", "ray"] = "local"
+    workers: int | None = Field(default=None, ge=1, description="local: GPU workers (default: every "
+                                "matching GPU) and CPU workers (default 1: measurement validity)")
+    address: str | None = Field(default=None, description="ray: cluster address (ray://host:10001, auto)")
+    cpus_per_trial: int = Field(default=1, ge=1, description="ray: CPUs a trial of a CPU target asks for")
+    max_retries: int = Field(default=2, ge=0, description="ray: retries of a trial whose worker or node died")
+
+
     """Where things live, relative to the manifest's folder."""
 
     cache: str = "caches/trials.sqlite"
@@ -198,6 +210,7 @@ class Manifest(Strict):
     @model_validator(mode="after")
     def _references(self) -> Manifest:
         for mname in self.models:
+    execution: Execution = Field(default_factory=Execution)
             eff = self.effective(mname)
             for tname in eff.targets or []:
                 if tname not in self.targets:

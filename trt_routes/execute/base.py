@@ -1,0 +1,75 @@
+"""What apply needs from an executor: run one task now, or keep several in flight and take results
+back in whatever order they finish. The coordinator alone writes the cache; executors only return.
+
+A task may name the hardware it must run on through ``task.spec.target["device"]`` (the matched
+device's signature fields); executors run it only on a slot whose device has exactly those fields."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from trt_routes.execute.tasks import TaskResult
+
+Device = Mapping[str, str]
+
+
+def task_device(task: Any) -> dict[str, str] | None:
+    """The device fields a task must run on (from its BuildSpec's target), or None for anywhere."""
+    spec = getattr(task, "spec", None)
+    target = getattr(spec, "target", None) or {}
+    device = target.get("device") if isinstance(target, Mapping) else None
+    return dict(device) if device else None
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs isolated tasks. ``run`` blocks; ``submit``/``wait`` keep up to ``free_slots`` in flight."""
+
+    def run(self, task: Any, timeout: float) -> TaskResult:
+        """Run one task and return its result (used for references and side-by-side re-measurements)."""
+        ...
+
+    def free_slots(self, device: Device | None) -> int:
+        """How many more tasks for ``device`` can start right now (0 when every matching slot is busy)."""
+        ...
+
+    def submit(self, task: Any, timeout: float) -> int:
+        """Start ``task`` on a free slot; returns a ticket."""
+        ...
+
+    def wait(self) -> tuple[int, TaskResult]:
+        """Block until some submitted task finishes; (its ticket, its result)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class SerialDispatch:
+    """``submit``/``wait`` for an executor that runs one task at a time through its ``run``."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[int, Any, float]] = deque()
+        self._tickets = 0
+
+    def run(self, task: Any, timeout: float) -> TaskResult:  # pragma: no cover - provided by subclasses
+        raise NotImplementedError
+
+    def free_slots(self, device: Device | None) -> int:
+        return 0 if self._queue else 1
+
+    def submit(self, task: Any, timeout: float) -> int:
+        self._tickets += 1
+        self._queue.append((self._tickets, task, timeout))
+        return self._tickets
+
+    def wait(self) -> tuple[int, TaskResult]:
+        if not self._queue:
+            raise RuntimeError("wait() with nothing submitted")
+        ticket, task, timeout = self._queue.popleft()
+        return ticket, self.run(task, timeout)

@@ -1,0 +1,195 @@
+"""Local multi-device executor: one isolated worker per slot (a GPU, or a share of the CPU cores),
+tasks dispatched to free slots whose device matches, results taken back as they finish.
+
+Each slot is served by a thread that drives that slot's ``LocalExecutor`` (so a crashed or hung
+worker is replaced exactly as with one worker); the coordinator thread does all bookkeeping and
+all cache writes. GPU slots pin their worker with CUDA_VISIBLE_DEVICES; CPU slots (only when asked
+for more than one) bind their worker to disjoint cores and bound its thread pools."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trt_routes.errors import UsageError
+from trt_routes.execute.base import Device, task_device
+from trt_routes.execute.local import LocalExecutor
+from trt_routes.execute.tasks import TaskResult
+from trt_routes.signature import Environment
+
+#: Thread-count variables set for a CPU worker bounded to N cores. TRT_ROUTES_CPU_THREADS is read by
+#: backends whose own default is "as many threads as cores" (ONNX Runtime's intra-op pool).
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TRT_ROUTES_CPU_THREADS")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one worker runs: its device's signature fields, environment and CPU cores."""
+
+    name: str
+    device: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    cpus: frozenset[int] | None = None
+
+    def serves(self, device: Device | None) -> bool:
+        return device is None or dict(device) == self.device
+
+
+def visible_gpu_ids(count: int) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES value that selects each of the ``count`` GPUs this process sees."""
+    listed = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if "CUDA_VISIBLE_DEVICES" in os.environ and len(listed) >= count:
+        return listed[:count]
+    return [str(i) for i in range(count)]
+
+
+def local_slots(env: Environment, workers: int | None = None, cpu_workers: int = 1) -> list[Slot]:
+    """One slot per GPU (at most ``workers`` per kind of GPU), and ``cpu_workers`` CPU slots.
+
+    ``env`` is the environment the jobs were resolved with (``Environment.cpu_shared`` when the CPU
+    is split), so a slot's device fields equal those of the jobs it may run."""
+    slots: list[Slot] = []
+    per_kind: dict[str, int] = {}
+    for index, (gpu, cuda_id) in enumerate(zip(env.gpus, visible_gpu_ids(len(env.gpus)), strict=True)):
+        device = {"device": "gpu", **gpu}
+        kind = repr(sorted(device.items()))
+        if workers is not None and per_kind.get(kind, 0) >= workers:
+            continue
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+        slots.append(Slot(f"gpu{index}", device, {"CUDA_VISIBLE_DEVICES": cuda_id}))
+    cpu_device = {"device": "cpu", **env.cpu}
+    if cpu_workers <= 1:
+        slots.append(Slot("cpu0", cpu_device))
+        return slots
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    per = max(1, int(env.cpu.get("cpu_count", "1") or 1))
+    for i in range(cpu_workers):
+        mine = frozenset(cores[(i * per + j) % len(cores)] for j in range(per))
+        slots.append(Slot(f"cpu{i}", cpu_device, {v: str(per) for v in THREAD_VARS}, mine))
+    return slots
+
+
+class _SlotRunner:
+    """A slot's worker and the thread that feeds it."""
+
+    def __init__(self, slot: Slot, results: queue.Queue[tuple[int, str, TaskResult]]) -> None:
+        self.slot = slot
+        self.executor = LocalExecutor(slot.env, slot.cpus)
+        self.inbox: queue.Queue[tuple[int, Any, float] | None] = queue.Queue()
+        self.busy = False
+        self._results = results
+        self.thread = threading.Thread(target=self._loop, name=f"trt-routes-{slot.name}", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self.inbox.get()
+            if item is None:
+                self.executor.close()
+                return
+            ticket, task, timeout = item
+            try:
+                result = self.executor.run(task, timeout)
+            except BaseException as exc:  # never lose a ticket: the coordinator waits for it
+                result = TaskResult(status="crashed", error=f"executor error: {exc}", log=traceback.format_exc())
+            result.meta = {**result.meta, "worker": self.slot.name}
+            self._results.put((ticket, self.slot.name, result))
+
+
+class PoolExecutor:
+    """Keeps every slot busy; ``free_slots``/``submit``/``wait`` for apply's dispatch loop."""
+
+    def __init__(self, slots: list[Slot]) -> None:
+        if not slots:
+            raise UsageError("no worker slots to run trials on")
+        self.slots = slots
+        self._results: queue.Queue[tuple[int, str, TaskResult]] = queue.Queue()
+        self._runners: dict[str, _SlotRunner] = {}
+        self._done: dict[int, TaskResult] = {}
+        self._tickets = 0
+
+    @property
+    def workers_started(self) -> int:
+        return sum(r.executor.workers_started for r in self._runners.values())
+
+    def _runner(self, slot: Slot) -> _SlotRunner:
+        if slot.name not in self._runners:
+            self._runners[slot.name] = _SlotRunner(slot, self._results)
+        return self._runners[slot.name]
+
+    def _idle(self, device: Device | None) -> list[Slot]:
+        return [s for s in self.slots if s.serves(device)
+                and not (s.name in self._runners and self._runners[s.name].busy)]
+
+    def free_slots(self, device: Device | None) -> int:
+        return len(self._idle(device))
+
+    def submit(self, task: Any, timeout: float) -> int:
+        device = task_device(task)
+        idle = self._idle(device)
+        if not idle:
+            if not any(s.serves(device) for s in self.slots):
+                have = ", ".join(f"{s.name} ({s.device.get('gpu_name') or s.device.get('cpu_model', '?')})"
+                                 for s in self.slots)
+                raise UsageError(f"no local worker runs on the device this job needs ({_describe(device)})",
+                                 f"workers here: {have}")
+            raise RuntimeError("submit() with every matching slot busy; check free_slots() first")
+        runner = self._runner(idle[0])
+        runner.busy = True
+        self._tickets += 1
+        runner.inbox.put((self._tickets, task, timeout))
+        return self._tickets
+
+    def _take(self) -> tuple[int, TaskResult]:
+        ticket, slot_name, result = self._results.get()
+        self._runners[slot_name].busy = False
+        return ticket, result
+
+    def wait(self) -> tuple[int, TaskResult]:
+        if self._done:
+            ticket = next(iter(self._done))
+            return ticket, self._done.pop(ticket)
+        if not any(r.busy for r in self._runners.values()):
+            raise RuntimeError("wait() with nothing submitted")
+        return self._take()
+
+    def run(self, task: Any, timeout: float) -> TaskResult:
+        """Run one task to completion; results of other tasks that finish meanwhile are kept for ``wait``."""
+        device = task_device(task)
+        while not self._idle(device) and any(s.serves(device) for s in self.slots):
+            ticket, result = self._take()
+            self._done[ticket] = result
+        mine = self.submit(task, timeout)
+        while True:
+            ticket, result = self._take()
+            if ticket == mine:
+                return result
+            self._done[ticket] = result
+
+    def close(self) -> None:
+        for runner in self._runners.values():
+            if runner.busy and runner.executor._worker is not None:
+                runner.executor._worker.kill()  # interrupted mid-task: do not wait for it
+            runner.inbox.put(None)
+        for runner in self._runners.values():
+            runner.thread.join(10)
+        self._runners.clear()
+
+    def __enter__(self) -> PoolExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _describe(device: Mapping[str, str] | None) -> str:
+    if not device:
+        return "any"
+    if device.get("device") == "gpu":
+        return f"GPU {device.get('gpu_name', '?')} (compute capability {device.get('compute_capability', '?')})"
+    return f"CPU {device.get('cpu_model', '?')} with {device.get('cpu_count', '?')} core(s)"
