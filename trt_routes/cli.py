@@ -186,6 +186,13 @@ def apply(
     as_json: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Losses and build times per trial.")] = False,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", "-j", help="Local workers: GPUs used per GPU kind (default: all), CPU workers (default "
+        "1; more share the cores and change the CPU signature).")] = None,
+    executor: Annotated[str | None, typer.Option(
+        "--executor", help="local or ray (default: the manifest's execution.executor, else local).")] = None,
+    address: Annotated[str | None, typer.Option(
+        "--address", help="Ray cluster address, e.g. ray://head:10001 or auto (needs trt-routes[ray]).")] = None,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
 
@@ -202,13 +209,6 @@ def apply(
             result = do_apply(project, ApplyOptions(only=only or [], keep_going=keep_going, dry_run=dry_run,
                                                     workers=workers, executor=executor, address=address),
                               reporter)
-    workers: Annotated[int | None, typer.Option(
-        "--workers", "-j", help="Local workers: GPUs used per GPU kind (default: all), CPU workers (default "
-        "1; more share the cores and change the CPU signature).")] = None,
-    executor: Annotated[str | None, typer.Option(
-        "--executor", help="local or ray (default: the manifest's execution.executor, else local).")] = None,
-    address: Annotated[str | None, typer.Option(
-        "--address", help="Ray cluster address, e.g. ray://head:10001 or auto (needs trt-routes[ray]).")] = None,
         finally:
             reporter.close()
         if dry_run:
