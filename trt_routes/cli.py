@@ -157,8 +157,10 @@ def plan(
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when there is work (for CI).")] = False,
     as_json: JsonOpt = False,
     only: OnlyOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Also save the plan to FILE (JSON) for "
+                                             "`apply --plan FILE`.")] = None,
 ) -> None:
-    """Show what apply would do for each job, and why. Builds nothing, writes nothing."""
+    """Show what apply would do for each job, and why. Builds nothing, writes nothing (but --out FILE)."""
 
     def body() -> int:
         from trt_routes.apply import compute_plan
@@ -168,6 +170,10 @@ def plan(
         lock = project.read_lock()
         with project.open_cache() as cache:
             the_plan = compute_plan(project, cache, lock, only)
+            if out is not None:
+                from trt_routes.saved_plan import PlanState, save_plan
+
+                save_plan(out, project, the_plan, PlanState.of(project, cache, only))
         if as_json:
             _json(the_plan.to_json())
         else:
@@ -183,6 +189,15 @@ def apply(
     only: OnlyOpt = None,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Go on after a job fails; exit 4.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the routes that would be built.")] = False,
+    frozen: Annotated[bool, typer.Option("--frozen", help="Rebuild exactly the locked route of each job from "
+                                         "tuning.lock (no search), verify it, materialize the engine; the "
+                                         "lock must match the manifest and is never rewritten.")] = False,
+    allow_signature_drift: Annotated[bool, typer.Option(
+        "--allow-signature-drift", help="With --frozen: rebuild even where this machine's signature differs "
+        "from the locked one.")] = False,
+    plan_file: Annotated[Path | None, typer.Option(
+        "--plan", help="Execute a plan saved by `plan --out FILE`; refused when the manifest, lockfile or "
+        "cache changed since.")] = None,
     as_json: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Losses and build times per trial.")] = False,
@@ -197,11 +212,17 @@ def apply(
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
 
     def body() -> int:
+        nonlocal only
         from trt_routes.apply import ApplyOptions
         from trt_routes.apply import apply as do_apply
         from trt_routes.report.console import PlainReporter, RichReporter, render_dry_run, render_summary
 
         project = _project(manifest)
+        if frozen:
+            return _apply_frozen(project, only or [], keep_going, dry_run, allow_signature_drift, as_json,
+                                 quiet, plan_file)
+        if plan_file is not None:
+            only, do_apply = _saved_plan(project, plan_file, only, do_apply)
         out = _console(stderr=as_json)
         cls = RichReporter if out.is_terminal and not as_json else PlainReporter
         reporter = cls(out, verbose=verbose, quiet=quiet or as_json)
@@ -267,6 +288,92 @@ def explain(
             render_explain(ex, _console())
 
     _run(body)
+
+
+def _apply_frozen(project: Any, only: list[str], keep_going: bool, dry_run: bool, allow_drift: bool,
+                  as_json: bool, quiet: bool, plan_file: Path | None) -> int:
+    from trt_routes.errors import UsageError
+    from trt_routes.frozen import FrozenOptions, apply_frozen
+    from trt_routes.report.console import PlainReporter
+    from trt_routes.report.gitops import render_frozen
+
+    if plan_file is not None:
+        raise UsageError("--frozen and --plan exclude each other",
+                         "--frozen rebuilds what tuning.lock records; --plan executes a saved plan")
+    out = _console(stderr=as_json)
+    reporter = PlainReporter(out, quiet=quiet or as_json)
+    result = apply_frozen(project, FrozenOptions(only=only, allow_signature_drift=allow_drift,
+                                                 keep_going=keep_going, dry_run=dry_run), reporter)
+    if as_json:
+        _json(result.to_json())
+    else:
+        render_frozen(result, out)
+    return result.exit_code
+
+
+def _saved_plan(project: Any, plan_file: Path, only: list[str] | None, do_apply: Any) -> tuple[list[str], Any]:
+    """The saved plan's job selection, and apply bound to refuse the plan if it went stale."""
+    import functools
+
+    from trt_routes.errors import UsageError
+    from trt_routes.saved_plan import load_plan, plan_verifier
+
+    saved = load_plan(plan_file)
+    if only:
+        raise UsageError("--only cannot be combined with --plan", "the saved plan keeps the --only it was made with")
+    return saved.state.only, functools.partial(do_apply, check_plan=plan_verifier(saved, project))
+
+
+lock_app = typer.Typer(help="Read tuning.lock: show an entry, check it against the manifest.",
+                       no_args_is_help=True)
+app.add_typer(lock_app, name="lock")
+
+
+@lock_app.command("show")
+def lock_show(
+    job: Annotated[str, typer.Argument(help="Job name, e.g. resnet-like/bs8/cpu.")],
+    trtexec: Annotated[bool, typer.Option("--trtexec", help="Print the trtexec command that rebuilds the "
+                                          "locked engine (TensorRT jobs only).")] = False,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a job's lock entry (or, with --trtexec, the command that rebuilds its engine)."""
+
+    def body() -> None:
+        from trt_routes.lockinfo import locked_job, trtexec_for
+        from trt_routes.report.gitops import lock_entry_text
+
+        locked = locked_job(manifest, job)
+        if trtexec:
+            typer.echo(trtexec_for(locked))
+        elif as_json:
+            _json({locked.name: locked.entry})
+        else:
+            sys.stdout.write(lock_entry_text(locked.name, locked.entry))
+
+    _run(body)
+
+
+@lock_app.command("check")
+def lock_check(manifest: ManifestOpt = Path("tuning.yaml"), only: OnlyOpt = None, as_json: JsonOpt = False) -> None:
+    """Does tuning.lock match the manifest? Exit 1 naming each job added, removed or changed (no GPU needed)."""
+
+    def body() -> int:
+        from trt_routes.lockcheck import lock_mismatches, unchecked
+        from trt_routes.report.gitops import render_mismatches
+
+        project = _project(manifest)
+        jobs = project.select_jobs(only)
+        mismatches = lock_mismatches(jobs, project.read_lock(), only)
+        notes = unchecked(jobs)
+        if as_json:
+            _json({"matches": not mismatches, "notes": notes,
+                   "mismatches": [{"job": m.job, "kind": m.kind, "details": list(m.details)} for m in mismatches]})
+        else:
+            render_mismatches(mismatches, notes, project.lock_path.name, _console())
+        return 1 if mismatches else 0
+
+    raise typer.Exit(_run(body))
 
 
 def main() -> None:

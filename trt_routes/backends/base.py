@@ -69,6 +69,9 @@ class Backend(ABC):
     engine_suffix: ClassVar[str]
     #: How to install what this backend needs.
     install_hint: ClassVar[str]
+    #: True when building the same route on the same signature gives the same engine bytes, so
+    #: ``apply --frozen`` can verify a rebuild by digest (TensorRT engines are not bit-reproducible).
+    reproducible_engines: ClassVar[bool] = False
 
     # -- coordinator side -------------------------------------------------------------------
     @abstractmethod

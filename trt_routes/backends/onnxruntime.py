@@ -255,6 +255,7 @@ class OnnxRuntimeBackend(Backend):
     name: ClassVar[str] = "onnxruntime"
     engine_suffix: ClassVar[str] = ".onnx"
     install_hint: ClassVar[str] = "pip install onnxruntime"
+    reproducible_engines: ClassVar[bool] = True  # the optimized model is a pure function of model + route
 
     def __init__(self) -> None:
         self._catalog: Catalog | None = None

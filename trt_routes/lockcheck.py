@@ -1,0 +1,191 @@
+"""Does tuning.lock still describe the manifest? Job by job and key by key, without building anything.
+
+Used by ``apply --frozen`` and ``lock check``. Hardware-independent: it compares the manifest's side of
+each lock entry (model digest, shapes, settings, protocol, reference, tolerance, strategy, candidates);
+the machine's side (the signature) is compared separately by :func:`signature_drift`."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trt_routes import canonical
+from trt_routes.backends import registry
+from trt_routes.catalog import Catalog
+from trt_routes.errors import LockfileError, RouteError
+from trt_routes.jobs import Job
+from trt_routes.lockfile import Lockfile
+from trt_routes.plan import candidates_key, tolerance_change
+from trt_routes.routes import Expression, describe, route_dict
+from trt_routes.routes import canonical as canonical_route
+from trt_routes.search import cached_search
+from trt_routes.select import DEFAULT_ROUTE
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One job on which the manifest and the lockfile disagree."""
+
+    job: str
+    kind: str  # added | removed | changed
+    details: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"{self.job}: {self.kind}: " + "; ".join(self.details)
+
+
+class LockMismatch(LockfileError):
+    """tuning.lock is out of date with the manifest (exit code 2)."""
+
+    def __init__(self, mismatches: list[Mismatch], lock_name: str, manifest_name: str) -> None:
+        lines = "\n".join(f"  {m.text()}" for m in mismatches)
+        super().__init__(
+            f"{lock_name} does not match {manifest_name} ({len(mismatches)} job(s)):\n{lines}",
+            "run `trt-routes apply` (without --frozen) on a machine that has the targets, then commit "
+            f"{lock_name}",
+        )
+        self.mismatches = mismatches
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            out.update(_flat(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: canonical.normalize(value)}
+
+
+def field_diff(old: Any, new: Any) -> list[str]:
+    """'name old -> new' for every leaf that differs (nested mappings flattened with dots)."""
+    a, b = _flat(old or {}), _flat(new or {})
+    return [f"{k} {a.get(k, '(none)')} -> {b.get(k, '(none)')}" for k in sorted(set(a) | set(b))
+            if a.get(k, "(none)") != b.get(k, "(none)")]
+
+
+def in_search_space(route: str, expression: Expression, catalog: Catalog) -> bool:
+    """True when some assignment of the expression's lists (pinned knobs included) gives ``route``."""
+    if route == DEFAULT_ROUTE:
+        return True  # the default route is measured for every job
+    try:
+        wanted = route_dict(route)
+        assign = dict(expression.pinned)
+        for token in expression.varied:
+            knob = catalog.get(token.option)
+            value = wanted.get(token.option, knob.default if knob is not None else None)
+            if value not in token.values:
+                return False
+            assign[token.option] = value
+        return canonical_route(assign, catalog) == route
+    except RouteError:
+        return False
+
+
+def _reference_change(job: Job, locked: str, signature_fields: Mapping[str, str]) -> str | None:
+    if locked == job.reference_key:
+        return None
+    if job.reference_shas is not None:
+        return "reference files changed"
+    if not job.reference_version:
+        return None  # backend unavailable here: the automatic reference's key cannot be computed
+    # The automatic reference embeds the backend version: a new version alone is signature drift.
+    old_v = signature_fields.get("backend_version")
+    new_v = registry.get(job.backend).software().get("backend_version")
+    if old_v and new_v and old_v != new_v and new_v in job.reference_version:
+        then = dataclasses.replace(job, reference_version=job.reference_version.replace(new_v, old_v))
+        if then.reference_key == locked:
+            return None
+    return "reference data changed (the model's inputs: dtype, range or seed)"
+
+
+def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
+    """What differs between ``job`` (from the manifest) and its lock entry, field by field."""
+    changes: list[str] = []
+    keys = entry.get("keys") or {}
+    fields = (entry.get("signature") or {}).get("fields") or {}
+    if entry.get("backend") and entry["backend"] != job.backend:
+        changes.append(f"backend changed: {entry['backend']} -> {job.backend}")
+    if entry.get("status", "ok") != "ok" or entry.get("route") is None:
+        changes.append("the lock entry has no chosen route")
+    if keys.get("model_digest") and keys["model_digest"] != job.model_digest:
+        changes.append(f"model digest changed ({(entry.get('model') or {}).get('path', job.model_path.name)}: "
+                       f"{keys['model_digest'][:12]} -> {job.model_digest[:12] or 'missing'})")
+    if keys.get("shape_key") and keys["shape_key"] != job.shape_key:
+        changes.append("shape profile changed: " + (", ".join(field_diff(entry.get("profile"), job.profile))
+                                                    or "(details not in the lock)"))
+    if keys.get("settings_key") and keys["settings_key"] != job.settings_key:
+        changes.append("build settings changed: " + (", ".join(field_diff(entry.get("settings"), job.settings))
+                                                     or "(details not in the lock)"))
+    if keys.get("protocol_key") and keys["protocol_key"] != job.protocol_key:
+        changes.append("measurement protocol changed (warmup, iterations, repeats, seed or trt-routes' protocol)")
+    first_order = any(keys.get(k) and keys[k] != getattr(job, k) for k in ("model_digest", "shape_key",
+                                                                            "protocol_key"))
+    if keys.get("reference_key") and not first_order and \
+            (why := _reference_change(job, keys["reference_key"], fields)) is not None:
+        changes.append(why)
+    if entry.get("tolerance_key") and entry["tolerance_key"] != job.tolerance_key:
+        changes.append(tolerance_change(job.tolerance_name, entry.get("tolerance"), job.tolerance))
+    strategy = {"name": job.strategy_name, "mode": job.strategy.mode}
+    if entry.get("strategy") and entry["strategy"] != strategy:
+        old = entry["strategy"]
+        changes.append(f"strategy changed: '{old.get('name')}' ({old.get('mode')}) -> "
+                       f"'{job.strategy_name}' ({job.strategy.mode})")
+    elif job.expression is not None and job.catalog is not None:
+        changes += _candidate_changes(job, entry)
+    return changes
+
+
+def _candidate_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
+    assert job.expression is not None and job.catalog is not None
+    search = cached_search(job.strategy.mode, job.expression, job.catalog)
+    if search.static and job.strategy.max_builds is None:
+        static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
+        if entry.get("candidates_key") and entry["candidates_key"] != candidates_key(static):
+            return [f"candidate routes changed (switch group '{job.switch_group}' or strategy "
+                    f"'{job.strategy_name}')"]
+        return []
+    route = entry.get("route")
+    if isinstance(route, str) and not in_search_space(route, job.expression, job.catalog):
+        return [f"the locked route {describe(route)} is outside switch group '{job.switch_group}'"]
+    return []
+
+
+def lock_mismatches(jobs: list[Job], lock: Lockfile, patterns: list[str] | None = None) -> list[Mismatch]:
+    """Every job added to, removed from or changed in the manifest since the lock was written.
+
+    With ``patterns`` (``--only``) only lock entries matching them count as removed."""
+    out: list[Mismatch] = []
+    for job in jobs:
+        entry = lock.jobs.get(job.name)
+        if entry is None:
+            out.append(Mismatch(job.name, "added", ("in the manifest but not in the lockfile",)))
+        elif changes := entry_changes(job, entry):
+            out.append(Mismatch(job.name, "changed", tuple(changes)))
+    names = {j.name for j in jobs}
+    for name in sorted(set(lock.jobs) - names):
+        if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        out.append(Mismatch(name, "removed", ("in the lockfile but no longer in the manifest",)))
+    return sorted(out, key=lambda m: m.job)
+
+
+def signature_drift(job: Job, entry: Mapping[str, Any]) -> list[str]:
+    """'field old -> new' for every signature field in which this machine differs from the lock.
+
+    Every field counts: a signature holds only what measured facts depend on (hardware, driver,
+    backend and tuner versions, catalog, protocol); volatile values never enter it."""
+    if job.signature is None:
+        return []
+    fields = (entry.get("signature") or {}).get("fields")
+    if not fields:
+        return ["the lock entry records no signature"]
+    return job.signature.diff({str(k): str(v) for k, v in fields.items()})
+
+
+def unchecked(jobs: list[Job]) -> list[str]:
+    """Jobs whose lock entry could be compared only in part here (their backend is not installed)."""
+    return [f"{j.name}: the {j.backend} backend is unavailable here, so its switch group and automatic "
+            "reference were not compared" for j in jobs if j.catalog is None]

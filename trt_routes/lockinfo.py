@@ -1,0 +1,72 @@
+"""``lock show``: one job's lock entry, and the trtexec command line that rebuilds its locked engine.
+
+Reads the manifest only for its paths (no model digests, no backend, no environment detection)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trt_routes.errors import UsageError
+from trt_routes.lockfile import Lockfile
+from trt_routes.manifest.load import load_manifest
+
+TRTEXEC_BACKEND = "tensorrt"
+
+
+@dataclass(frozen=True)
+class LockedJob:
+    name: str
+    entry: dict[str, Any]
+    root: Path  # the manifest's folder: lock paths are relative to it
+    lock_path: Path
+
+
+def locked_job(manifest: Path, name: str) -> LockedJob:
+    """The lock entry of job ``name``; a clear error naming close matches when there is none."""
+    loaded = load_manifest(manifest)
+    lock_path = loaded.resolve(loaded.manifest.paths.lockfile)
+    if not lock_path.exists():
+        raise UsageError(f"no lockfile at {lock_path}", "run `trt-routes apply` to tune and write it")
+    lock = Lockfile.read(lock_path, loaded.path.name)
+    entry = lock.jobs.get(name)
+    if entry is None:
+        close = difflib.get_close_matches(name, list(lock.jobs), n=3)
+        raise UsageError(f"no job '{name}' in {lock_path.name}",
+                         f"did you mean {', '.join(repr(c) for c in close)}?" if close else
+                         f"locked jobs: {', '.join(sorted(lock.jobs)) or 'none'}")
+    return LockedJob(name, entry, loaded.path.parent, lock_path)
+
+
+def _from_cwd(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+def trtexec_for(locked: LockedJob) -> str:
+    """The ``trtexec`` command that rebuilds the locked engine (paths relative to the current folder).
+
+    Only TensorRT engines come from trtexec; for any other backend this says so as a UsageError."""
+    from trt_routes.interop import trtexec_command
+
+    entry = locked.entry
+    backend = entry.get("backend", "?")
+    if backend != TRTEXEC_BACKEND:
+        raise UsageError(
+            f"trtexec does not apply to {locked.name}: it is built by the {backend} backend, and trtexec "
+            "builds TensorRT engines only",
+            f"`trt-routes lock show {locked.name}` prints its locked route; "
+            f"`trt-routes apply --frozen --only '{locked.name}'` rebuilds it",
+        )
+    if entry.get("route") is None or not (entry.get("model") or {}).get("path"):
+        raise UsageError(f"the lock entry of {locked.name} has no route or model path",
+                         "re-run `trt-routes apply` to regenerate it")
+    engine = (entry.get("engine") or {}).get("path")
+    return trtexec_command(
+        _from_cwd(locked.root / entry["model"]["path"]), str(entry["route"]), entry.get("profile") or {},
+        entry.get("settings") or {}, engine_path=_from_cwd(locked.root / engine) if engine else None)
