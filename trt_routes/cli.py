@@ -290,6 +290,23 @@ def explain(
     _run(body)
 
 
+@app.command()
+def report(
+    html: Annotated[Path, typer.Option("--html", help="Write a self-contained HTML report to FILE.")],
+    manifest: ManifestOpt = Path("tuning.yaml"),
+) -> None:
+    """Write an HTML report: speedup per job, latency against accuracy loss, effect of each knob value."""
+
+    def body() -> None:
+        from trt_routes.report.html import write_report
+
+        rep = write_report(_project(manifest), html)
+        with_trials = sum(1 for j in rep.jobs if j.points or j.unplotted)
+        _console().print(f"wrote {html} ({len(rep.jobs)} job(s), {with_trials} with trials)", markup=False)
+
+    _run(body)
+
+
 def _apply_frozen(project: Any, only: list[str], keep_going: bool, dry_run: bool, allow_drift: bool,
                   as_json: bool, quiet: bool, plan_file: Path | None) -> int:
     from trt_routes.errors import UsageError

@@ -1,0 +1,301 @@
+"""The HTML report: one self-contained file (inline CSS, SVG and JS; nothing fetched) with a
+summary of every job and, per job, latency against accuracy loss and the effect of each knob value.
+
+``collect`` reads the project (lock + cache) into a Report; ``render`` lays it out; the CLI only
+calls ``write_report``."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from trt_routes import __version__
+from trt_routes.artifacts import atomic_write_text
+from trt_routes.cache.store import TrialRecord
+from trt_routes.errors import RouteError
+from trt_routes.explain import Explanation, explain_job
+from trt_routes.jobs import Job
+from trt_routes.manifest.schema import Tolerance
+from trt_routes.project import LossLookupFromBlobs, Project
+from trt_routes.report.html_assets import CSS, JS
+from trt_routes.report.svg import Bar, Effect, Point, esc, fmt_ms, knob_effects, scatter, speedup_bars
+from trt_routes.routes import describe, route_dict
+from trt_routes.select import DEFAULT_ROUTE, LossLookup
+
+
+@dataclass
+class JobReport:
+    job: Job
+    state: str  # tuned | default | unlocked | no-trials | blocked
+    note: str
+    ex: Explanation | None = None
+    points: list[Point] = field(default_factory=list)
+    unplotted: list[tuple[str, str]] = field(default_factory=list)  # (route, reason)
+    effects: list[Effect] = field(default_factory=list)
+    bar: Bar | None = None
+
+    @property
+    def anchor(self) -> str:
+        return "job-" + re.sub(r"[^A-Za-z0-9_-]+", "-", self.job.name).strip("-")
+
+
+@dataclass
+class Report:
+    manifest: str
+    generated: str
+    jobs: list[JobReport]
+    orphans: list[str] = field(default_factory=list)
+
+
+def worst_loss(trial: TrialRecord, tolerance: Tolerance, lookup: LossLookup | None = None) -> tuple[float, str]:
+    """The largest loss/threshold ratio over the job's checks (>= 1 fails the gate) and which check."""
+    worst, which = 0.0, ""
+    for output in sorted(trial.losses):
+        for check in tolerance.checks_for(output):
+            value = trial.losses[output].get(check.key)
+            if value is None and lookup is not None:
+                value = lookup(trial, output, check)
+            if value is None:
+                continue
+            if not math.isfinite(value):
+                ratio = math.inf
+            elif check.threshold > 0:
+                ratio = value / check.threshold
+            else:
+                ratio = math.inf if value > 0 else 1.0
+            if ratio >= worst:
+                worst, which = ratio, f"{output} {check.key}"
+    return worst, which
+
+
+def effects(trials: dict[str, TrialRecord], eligible: set[str]) -> list[Effect]:
+    """Per knob value: the median latency change against the same route without that value (the
+    default route for one-knob routes), and how often routes with it failed."""
+    changes: dict[tuple[str, str], list[float]] = {}
+    failures: dict[tuple[str, str], Counter[str]] = {}
+    for route, t in trials.items():
+        if route == DEFAULT_ROUTE:
+            continue
+        try:
+            assign = route_dict(route)
+        except RouteError:
+            continue
+        for knob, value in assign.items():
+            key = (knob, value)
+            changes.setdefault(key, [])
+            fails = failures.setdefault(key, Counter())
+            if t.status != "ok" or t.median_ms is None:
+                fails[t.status] += 1
+                continue
+            if route not in eligible:
+                fails["failed gate"] += 1
+            pair = trials.get(" ".join(f"{k}={v}" for k, v in sorted(assign.items()) if k != knob))
+            if pair is not None and pair.status == "ok" and pair.median_ms:
+                changes[key].append(t.median_ms / pair.median_ms - 1.0)
+    out = []
+    for knob, value in sorted(changes):
+        xs = changes[(knob, value)]
+        note = ", ".join(f"{n} {s}" for s, n in sorted(failures[(knob, value)].items()))
+        med = statistics.median(xs) if xs else None
+        title = f"{knob}={value}: " + (
+            f"median change {med * 100:+.1f}% over {len(xs)} pair(s) (range {min(xs) * 100:+.1f}% .. "
+            f"{max(xs) * 100:+.1f}%)" if med is not None else "no timed pair") + (f"; {note}" if note else "")
+        out.append(Effect(f"{knob}={value}", med, len(xs), note, title))
+    return out
+
+
+def _point(t: TrialRecord, ex: Explanation, tolerance: Tolerance, lookup: LossLookup) -> Point:
+    sel = ex.selection
+    v = sel.verdict(t.route) if sel else None
+    loss, which = worst_loss(t, tolerance, lookup)
+    ci = f" [{fmt_ms(t.ci_low)}-{fmt_ms(t.ci_high)}]" if t.ci_low is not None and t.ci_high is not None else ""
+    losses = "; ".join(f"{o}: " + ", ".join(f"{k}={x:.3g}" for k, x in sorted(vals.items()) if not k.startswith("l0@"))
+                       for o, vals in sorted(t.losses.items()))
+    title = (f"{describe(t.route)}\nmedian {fmt_ms(t.median_ms or 0)} ms{ci}\n"
+             f"worst loss/threshold {loss:.3g} ({which or 'no checks'})\n{losses}\n{ex.verdict(t.route)}")
+    return Point(describe(t.route), t.median_ms or 0.0, t.ci_low, t.ci_high, loss,
+                 eligible=bool(v and v.eligible), winner=bool(sel and sel.winner == t.route),
+                 default=t.route == DEFAULT_ROUTE, title=title, candidate=v is not None)
+
+
+def job_report(project: Project, job: Job, ex: Explanation, lookup: LossLookup) -> JobReport:
+    sel, lock = ex.selection, ex.lock
+    if job.blocked:
+        return JobReport(job, "blocked", job.blocked, ex, bar=Bar(job.name, None, note="blocked here",
+                                                                   kind="none"))
+    if sel is None or not ex.trials:
+        note = "no trials under the current signature" + (
+            f" ({ex.other_groups} older group(s))" if ex.other_groups else "") + ": run `trt-routes apply`"
+        return JobReport(job, "no-trials", note, ex, bar=Bar(job.name, None, note="not tuned", kind="none"))
+    trials = {t.route: t for t in ex.trials}
+    rep = JobReport(job, "tuned", sel.summary, ex)
+    for t in ex.trials:
+        if t.median_ms is None:
+            rep.unplotted.append((describe(t.route), ex.verdict(t.route)))
+        else:
+            rep.points.append(_point(t, ex, job.tolerance, lookup))
+    rep.effects = effects(trials, {v.route for v in sel.verdicts if v.eligible})
+    mg = ex.margin
+    if lock is None:
+        rep.state, rep.note = "unlocked", "not locked yet: run `trt-routes apply`"
+    elif sel.winner == DEFAULT_ROUTE:
+        rep.state = "default"
+    speed = (lock.get("timing") or {}).get("speedup") if lock else None
+    speed = speed if speed is not None else sel.speedup
+    locked_route = lock.get("route") if lock else sel.winner
+    if speed is None:
+        rep.bar = Bar(job.name, None, note=sel.summary[:60], kind="none", anchor=rep.anchor)
+    else:
+        kind = "default" if locked_route == DEFAULT_ROUTE else "tuned"
+        note = "default kept" if kind == "default" else describe(locked_route or "")
+        if rep.state == "unlocked":
+            note += " (not locked)"
+        use_ci = mg is not None and mg.route == locked_route
+        rep.bar = Bar(job.name, speed, mg.low if use_ci and mg else None, mg.high if use_ci and mg else None,
+                      kind, note, rep.anchor)
+    return rep
+
+
+def collect(project: Project) -> Report:
+    """Everything the report shows, read from the lockfile and the trial cache (nothing is written)."""
+    lock = project.read_lock()
+    with project.open_cache() as cache:
+        lookup = LossLookupFromBlobs(cache, project.store)
+        jobs = [job_report(project, job, explain_job(project, job, cache, lock), lookup) for job in project.jobs]
+    names = {j.name for j in project.jobs}
+    return Report(manifest=project.rel(project.loaded.path),
+                  generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), jobs=jobs,
+                  orphans=sorted(set(lock.jobs) - names))
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+def _tolerance(job: Job) -> str:
+    text = ", ".join(f"{c.metric} &lt; {c.threshold:g}" for c in job.tolerance.checks)
+    for out, checks in sorted(job.tolerance.outputs.items()):
+        text += f"; {esc(out)}: " + ", ".join(f"{c.metric} &lt; {c.threshold:g}" for c in checks)
+    return text
+
+
+def _badge(rep: JobReport) -> str:
+    bar = rep.bar
+    if rep.state in ("blocked", "no-trials") or bar is None or bar.value is None:
+        return f'<span class="badge none">{esc(rep.state)}</span>'
+    return f'<span class="badge {bar.kind}">{bar.value:.2f}x</span>'
+
+
+def _summary_table(report: Report) -> str:
+    rows = []
+    for rep in report.jobs:
+        sel = rep.ex.selection if rep.ex else None
+        lock = rep.ex.lock if rep.ex else None
+        route = (lock or {}).get("route", sel.winner if sel else None)
+        timing = (lock or {}).get("timing") or {}
+        default_ms = timing.get("default_ms", sel.default_ms if sel else None)
+        chosen_ms = timing.get("chosen_ms", sel.chosen_ms if sel else None)
+        rows.append(
+            f'<tr class="{esc(rep.state)}"><td><a href="#{rep.anchor}">{esc(rep.job.name)}</a></td>'
+            f"<td>{_badge(rep)}</td><td><code>{esc(describe(route)) if route is not None else '-'}</code></td>"
+            f"<td class=num>{fmt_ms(default_ms) if default_ms else '-'}</td>"
+            f"<td class=num>{fmt_ms(chosen_ms) if chosen_ms else '-'}</td>"
+            f"<td class=num>{len(rep.ex.trials) if rep.ex else 0}</td><td>{esc(rep.note)}</td></tr>")
+    return ('<table class="summary"><thead><tr><th>job</th><th>speedup</th><th>locked route</th>'
+            "<th>default ms</th><th>chosen ms</th><th>trials</th><th>decision</th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+
+
+def _trials_table(rep: JobReport) -> str:
+    ex = rep.ex
+    assert ex is not None and ex.selection is not None
+    rows = []
+    for t in ex.trials:
+        winner = t.route == ex.selection.winner
+        loss = worst_loss(t, rep.job.tolerance)[0] if t.losses else None
+        ci = f"{fmt_ms(t.ci_low)}-{fmt_ms(t.ci_high)}" if t.ci_low is not None and t.ci_high is not None else "-"
+        v = ex.selection.verdict(t.route)
+        cls = "winner" if winner else ("ok" if v and v.eligible else "failed")
+        rows.append(
+            f'<tr class="{cls}" data-route="{esc(describe(t.route))}"><td><code>{esc(describe(t.route))}</code>'
+            f"{' <b class=mark>winner</b>' if winner else ''}</td><td>{esc(t.status)}</td>"
+            f"<td class=num>{fmt_ms(t.median_ms) if t.median_ms else '-'}</td><td class=num>{ci}</td>"
+            f"<td class=num>{f'{loss:.3g}' if loss is not None else '-'}</td>"
+            f"<td class=num>{f'{t.build_s:.2f}' if t.build_s is not None else '-'}</td>"
+            f"<td>{esc(ex.verdict(t.route))}</td></tr>")
+    return ("<details><summary>All " + str(len(ex.trials)) + " trials</summary><table class=trials><thead><tr>"
+            "<th>route</th><th>status</th><th>median ms</th><th>95% CI</th><th>loss / threshold</th>"
+            "<th>build s</th><th>verdict</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></details>")
+
+
+def _legend(points: list[Point]) -> str:
+    other = ('<span><i class="dot other"></i>not a candidate now</span>'
+             if any(not p.candidate for p in points) else "")
+    return ('<div class="legend"><span><i class="dot eligible"></i>eligible</span>'
+            '<span><i class="dot failed"></i>not eligible (gate, crash)</span>'
+            '<span><i class="sq"></i>default route</span><span><i class="dot winner"></i>winner</span>'
+            f'{other}<span><i class="thr"></i>accuracy threshold</span></div>')
+
+
+def _job_section(rep: JobReport) -> str:
+    job = rep.job
+    head = (f'<section class="job {esc(rep.state)}" id="{rep.anchor}"><h2>{esc(job.name)} {_badge(rep)}</h2>'
+            f'<p class="meta">{esc(job.backend)} on {esc(job.target)} · strategy {esc(job.strategy_name)} '
+            f"({esc(job.strategy.mode)}) · switch group {esc(job.switch_group)} · tolerance "
+            f"{esc(job.tolerance_name)}: {_tolerance(job)}</p>")
+    if rep.state in ("blocked", "no-trials"):
+        return head + f'<p class="note">{esc(rep.note)}</p></section>'
+    ex = rep.ex
+    assert ex is not None
+    decision = "".join(f"<li>{esc(line.strip())}</li>" for line in ex.decision)
+    charts = (f'<div class="charts"><figure><figcaption>Latency against accuracy loss</figcaption>'
+              f"{scatter(rep.points)}{_legend(rep.points)}</figure>"
+              f"<figure><figcaption>Effect of each knob value</figcaption>"
+              f"{knob_effects(rep.effects) if rep.effects else '<p class=note>only the default route was built</p>'}"
+              "</figure></div>")
+    unplotted = ""
+    if rep.unplotted:
+        unplotted = ('<p class="unplotted">Not plotted (no timing): '
+                     + "; ".join(f"<code>{esc(r)}</code>: {esc(why)}" for r, why in rep.unplotted) + "</p>")
+    return head + f'<ul class="decision">{decision}</ul>' + charts + unplotted + _trials_table(rep) + "</section>"
+
+
+def render(report: Report) -> str:
+    bars = [r.bar for r in report.jobs if r.bar is not None]
+    tuned = sum(1 for r in report.jobs if r.state in ("tuned", "default", "unlocked"))
+    orphans = (f'<p class="note">In the lockfile but no longer in the manifest: {esc(", ".join(report.orphans))}'
+               "</p>" if report.orphans else "")
+    nav = "".join(f'<a href="#{r.anchor}">{esc(r.job.name)}</a>' for r in report.jobs)
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>trt-routes report: {esc(report.manifest)}</title><style>{CSS}</style></head>"
+        f'<body data-rendered="no"><header><h1>trt-routes report</h1><p class="meta">{esc(report.manifest)} · '
+        f"{len(report.jobs)} job(s), {tuned} with trials · generated {esc(report.generated)} by trt-routes "
+        f"{esc(__version__)}</p><nav>{nav}</nav></header><main>"
+        f'<section class="overview"><h2>Summary</h2>{speedup_bars(bars) if bars else ""}'
+        f"{_summary_table(report)}{orphans}</section>"
+        + "".join(_job_section(r) for r in report.jobs)
+        + f"</main><script>{JS}</script></body></html>\n"
+    )
+
+
+def build_report(project: Project) -> str:
+    return render(collect(project))
+
+
+def write_report(project: Project, path: Path) -> Report:
+    """Write the report to ``path`` atomically; returns what it shows."""
+    report = collect(project)
+    atomic_write_text(Path(path), render(report))
+    return report
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    return {"manifest": report.manifest, "jobs": [
+        {"job": r.job.name, "state": r.state, "note": r.note, "points": len(r.points),
+         "speedup": r.bar.value if r.bar else None} for r in report.jobs]}
