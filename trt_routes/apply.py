@@ -51,10 +51,10 @@ class ApplyOptions:
     only: list[str] = field(default_factory=list)
     keep_going: bool = False
     dry_run: bool = False
-
     workers: int | None = None  # None: the manifest's execution.workers (default: every matching GPU, 1 CPU)
     executor: str | None = None  # local | ray (None: the manifest's)
     address: str | None = None  # ray cluster address
+
 
 @dataclass
 class JobOutcome:
@@ -178,7 +178,6 @@ class Applier:
         self.reporter.trial_done(job, record)
         return record
 
-    def run_job(self, jp: JobPlan) -> JobOutcome:
     def search_loop(self, job: Job, search: Search, trials: dict[str, TrialRecord], ref: tuple[str, str],
                     budget: int | None) -> int:
         """Dispatch the search's missing routes to free workers and record results as they arrive, in
@@ -213,6 +212,7 @@ class Applier:
             trials[route] = self.record(job, route, result)
             built += 1
 
+    def run_job(self, jp: JobPlan) -> JobOutcome:
         job = jp.job
         start = time.perf_counter()
         outcome = JobOutcome(job=job, action=jp.action)
@@ -328,13 +328,13 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
         raise UsageError(f"another `trt-routes apply` is running on {project.cache_path}",
                          "wait for it to finish (or remove a stale .lock file if none is running)") from exc
     with guard:
-        cache = project.open_cache()
-        try:
         if executor_factory is None:
             from trt_routes.execute.config import execution_config, prepare
 
             executor_factory = prepare(project, execution_config(
                 project, options.workers, options.executor, options.address))
+        cache = project.open_cache()
+        try:
             lock = project.read_lock()
             plan = compute_plan(project, cache, lock, options.only)
             if check_plan is not None:

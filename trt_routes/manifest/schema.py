@@ -136,7 +136,6 @@ class Target(Strict):
         return self
 
 
-class Paths(Strict):
 class Execution(Strict):
     """Where trials run. Not part of any key, except that CPU targets split over several workers are
     measured on fewer cores each, which the signature records (``cpu_count``, ``cpu_workers``)."""
@@ -149,6 +148,7 @@ class Execution(Strict):
     max_retries: int = Field(default=2, ge=0, description="ray: retries of a trial whose worker or node died")
 
 
+class Paths(Strict):
     """Where things live, relative to the manifest's folder."""
 
     cache: str = "caches/trials.sqlite"
@@ -199,6 +199,7 @@ class Manifest(Strict):
 
     schema_version: Literal[1]
     paths: Paths = Field(default_factory=Paths)
+    execution: Execution = Field(default_factory=Execution)
     measurement: Measurement = Field(default_factory=Measurement)
     targets: dict[Name, Target] = Field(default_factory=lambda: {"cpu": Target(kind="cpu")})
     switch_groups: dict[Name, str] = Field(default_factory=dict)
@@ -210,7 +211,6 @@ class Manifest(Strict):
     @model_validator(mode="after")
     def _references(self) -> Manifest:
         for mname in self.models:
-    execution: Execution = Field(default_factory=Execution)
             eff = self.effective(mname)
             for tname in eff.targets or []:
                 if tname not in self.targets:
