@@ -12,6 +12,7 @@ from filelock import FileLock, Timeout
 
 from trt_routes import canonical
 from trt_routes.backends import registry
+from trt_routes.cache.remote import fetch_blob
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import UsageError
 from trt_routes.execute.base import Executor
@@ -238,7 +239,8 @@ class Applier:
             if sel.winner is None:
                 raise _JobFailed(sel.summary)
             winner = trials[sel.winner]
-            if not self.store.has(winner.engine_sha256):
+            if not self.store.has(winner.engine_sha256) and not fetch_blob(
+                    self.cache, self.store, winner.engine_sha256, self.reporter.message):  # from a cache remote
                 self.reporter.message(f"{job.name}: engine of {describe(sel.winner)} is gone from the "
                                       "store; rebuilding it")
                 winner = self.run_trial(job, sel.winner, self.reference(job))

@@ -393,6 +393,190 @@ def lock_check(manifest: ManifestOpt = Path("tuning.yaml"), only: OnlyOpt = None
     raise typer.Exit(_run(body))
 
 
+cache_app = typer.Typer(help="Share and maintain the trial cache: bundles, remotes, stats, gc, verify.",
+                        no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+RemoteOptionOpt = Annotated[list[str] | None, typer.Option(
+    "--option", help="fsspec storage option KEY=VALUE, e.g. endpoint_url=http://127.0.0.1:9000; repeatable. "
+    "Credentials come from the usual places (AWS_* variables, ~/.aws) and are never stored.")]
+
+
+def _say(lines: list[str], color: str = "yellow") -> None:
+    err = _console(stderr=True)
+    for line in lines:
+        err.print(f"[{color}]{escape(line)}[/]", highlight=False)
+
+
+@cache_app.command("export")
+def cache_export(
+    file: Annotated[Path, typer.Argument(help="Bundle to write (a .tar.gz).")],
+    engines: Annotated[bool, typer.Option("--engines", help="Include the engines of the exported trials.")] = False,
+    outputs: Annotated[bool, typer.Option("--outputs", help="Include output and reference blobs "
+                                          "(losses at new l0 parameters can then be recomputed).")] = False,
+    only: OnlyOpt = None,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Write trials with provenance (signature, host, time, version) to a portable bundle."""
+
+    def body() -> None:
+        from trt_routes.cache.merge import export_bundle
+
+        r = export_bundle(_project(manifest), file, engines=engines, outputs=outputs, only=only)
+        if as_json:
+            _json(r.to_json())
+        else:
+            typer.echo(f"{file}: {r.trials} trial(s), {r.signatures} signature(s), {r.blobs} blob(s), "
+                       f"{r.bytes / 1e6:.1f} MB")
+        _say(r.skipped)
+
+    _run(body)
+
+
+@cache_app.command("import")
+def cache_import(
+    file: Annotated[Path, typer.Argument(help="A bundle, a trtexec --tuningCacheFile, a Torch-TensorRT "
+                                         "partition file or its base path (tune.jsonl for tune.<key>.jsonl).")],
+    job: Annotated[str | None, typer.Option("--job", help="Manifest job that tuning-cache rows attach to "
+                                            "(under their own 'unknown' signature: never used by plan).")] = None,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Merge a bundle (validated, one transaction, idempotent) or import a tuning cache as trials."""
+
+    def body() -> None:
+        from trt_routes.cache.merge import import_bundle
+        from trt_routes.cache.tuning_import import import_tuning_cache, sniff
+        from trt_routes.errors import UsageError
+
+        project = _project(manifest)
+        if sniff(file) == "bundle":
+            if job:
+                raise UsageError("--job is for trtexec / Torch-TensorRT tuning caches",
+                                 "a bundle's trials already name their jobs")
+            reports = [import_bundle(project, file)]
+        else:
+            reports = import_tuning_cache(project, file, job)
+        if as_json:
+            _json([r.to_json() for r in reports])
+        else:
+            for r in reports:
+                typer.echo(r.text())
+
+    _run(body)
+
+
+@cache_app.command("push")
+def cache_push(
+    url: Annotated[str, typer.Argument(help="Remote: a folder, file:///path or s3://bucket/prefix.")],
+    option: RemoteOptionOpt = None,
+    all_engines: Annotated[bool, typer.Option("--all-engines", help="Push the engine of every pushed trial, "
+                                              "not only those tuning.lock references.")] = False,
+    everything: Annotated[bool, typer.Option("--all", help="Ignore the local record of what the remote "
+                                             "holds and push every trial again.")] = False,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Push the trials the remote lacks (one immutable segment) and the locked engines."""
+
+    def body() -> None:
+        from trt_routes.cache.remote import parse_options, push
+
+        r = push(_project(manifest), url, parse_options(option), all_engines=all_engines, everything=everything)
+        if as_json:
+            _json(r.to_json())
+        else:
+            typer.echo(r.text())
+        _say(r.skipped)
+
+    _run(body)
+
+
+@cache_app.command("pull")
+def cache_pull(
+    url: Annotated[str, typer.Argument(help="Remote: a folder, file:///path or s3://bucket/prefix.")],
+    option: RemoteOptionOpt = None,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Merge every remote segment not merged yet; engines are fetched (and verified) when a job needs one.
+    Exit 2 when a segment was rejected (the others are merged, none half-way)."""
+
+    def body() -> int:
+        from trt_routes.cache.remote import parse_options, pull
+
+        r = pull(_project(manifest), url, parse_options(option))
+        if as_json:
+            _json(r.to_json())
+        else:
+            typer.echo(r.text())
+        _say([f"ignored {name} under segments/ (not a segment name)" for name in r.ignored])
+        _say([f"error: rejected {line}" for line in r.rejected], "bold red")
+        return 2 if r.rejected else 0
+
+    raise typer.Exit(_run(body))
+
+
+@cache_app.command("stats")
+def cache_stats(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False) -> None:
+    """Trials by status, backend, source and signature; sizes; remotes."""
+
+    def body() -> None:
+        from trt_routes.cache.maintenance import stats
+        from trt_routes.report.cache import render_stats
+
+        s = stats(_project(manifest))
+        if as_json:
+            _json(s.to_json())
+        else:
+            render_stats(s, _console())
+
+    _run(body)
+
+
+@cache_app.command("gc")
+def cache_gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be dropped; drop nothing.")] = False,
+    older_than: Annotated[float | None, typer.Option("--older-than", metavar="DAYS", help="Also drop the trials "
+                                                     "of signatures not seen for DAYS (never those of this "
+                                                     "machine's jobs or of tuning.lock).")] = None,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop engine blobs nothing needs (tuning.lock's engines and each group's fastest ok trial stay)."""
+
+    def body() -> None:
+        from trt_routes.cache.maintenance import gc
+        from trt_routes.report.cache import render_gc
+
+        r = gc(_project(manifest), dry_run=dry_run, older_than_days=older_than)
+        if as_json:
+            _json(r.to_json())
+        else:
+            render_gc(r, _console())
+
+    _run(body)
+
+
+@cache_app.command("verify")
+def cache_verify(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False) -> None:
+    """PRAGMA integrity_check, every trial row and every blob's sha256; corrupt blobs are evicted.
+    Exit 1 when problems were found."""
+
+    def body() -> int:
+        from trt_routes.cache.maintenance import verify
+        from trt_routes.report.cache import render_verify
+
+        r = verify(_project(manifest))
+        if as_json:
+            _json(r.to_json())
+        else:
+            render_verify(r, _console())
+        return 0 if r.ok else 1
+
+    raise typer.Exit(_run(body))
+
+
 def main() -> None:
     app()
 

@@ -37,7 +37,14 @@ def _v1(db: sqlite_utils.Database) -> None:
     db["decisions"].create_index(["job", "id"])
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1]
+def _v2(db: sqlite_utils.Database) -> None:
+    """Cache sharing: remotes used by push/pull (for lazy engine fetches) and what each one holds."""
+    db["remotes"].create({"url": str, "options": str, "added_at": str, "last_pull": str}, pk="url")
+    db["remote_state"].create({"remote": str, "kind": str, "key": str, "at": str},
+                              pk=("remote", "kind", "key"))
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

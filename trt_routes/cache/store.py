@@ -189,8 +189,10 @@ class CacheStore:
         return self._records(rows)
 
     def latest_for_job(self, job: str) -> TrialRecord | None:
+        """The job's newest trial of our own (rows imported from trtexec / Torch-TensorRT files left out)."""
         rows = list(self.db.query(
-            "SELECT * FROM trials WHERE job = ? ORDER BY created_at DESC, id LIMIT 1", [job]))
+            "SELECT * FROM trials WHERE job = ? AND coalesce(source, '') NOT LIKE 'trtexec:%' "
+            "AND coalesce(source, '') NOT LIKE 'torch-tensorrt:%' ORDER BY created_at DESC, id LIMIT 1", [job]))
         recs = self._records(iter(rows))
         return recs[0] if recs else None
 

@@ -1,0 +1,181 @@
+"""Two machines exchange trials through a cache remote: a ``file://`` folder and a local S3-compatible
+server (moto, on loopback). Machines are projects with their own cache folders; the second machine's
+signature differs by its CPU model (``open_project(manifest, env=...)``)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _project import make_project
+from _sharing import fresh_clone, machine, other_machine, trial_table
+from typer.testing import CliRunner
+
+from trt_routes.apply import apply
+from trt_routes.cache.remote import Remote, normalize_url, pull, push
+from trt_routes.canonical import file_sha256
+from trt_routes.cli import app
+from trt_routes.errors import UsageError
+from trt_routes.explain import explain
+from trt_routes.lockfile import Lockfile
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
+    """Machine A's project, applied once; tests copy it."""
+    manifest = make_project(tmp_path_factory.mktemp("a") / "a", tiny_models)
+    result = apply(machine(manifest))
+    assert result.exit_code == 0 and result.built == 10
+    return manifest
+
+
+@pytest.fixture
+def a(tuned: Path, tmp_path: Path) -> Path:
+    shutil.copytree(tuned.parent, tmp_path / "a")
+    return tmp_path / "a" / "tuning.yaml"
+
+
+def _exchange(a: Path, url: str, tmp_path: Path, options: dict[str, str] | None = None) -> None:
+    """The whole story over one remote: A pushes; B (other signature) pulls, builds its own, pushes;
+    A pulls B's; C (A's signature, fresh clone with tuning.lock) pulls and builds nothing."""
+    first = push(machine(a), url, options)
+    locked = {e["engine"]["sha256"] for e in Lockfile.read(a.parent / "tuning.lock").jobs.values()}
+    assert first.trials == 10 and first.engines == len(locked) and first.segment
+    assert push(machine(a), url, options).trials == 0  # the local record: nothing twice
+
+    b = fresh_clone(a, tmp_path / "b", lock=False)
+    env_b = other_machine()
+    got = pull(machine(b, env_b), url, options)
+    assert (got.segments, got.added, got.rejected) == (1, 10, [])
+    result = apply(machine(b, env_b))
+    assert result.exit_code == 0 and result.built == 10  # another signature: A's trials never serve B
+    pushed_b = push(machine(b, env_b), url, options)
+    assert pushed_b.trials == 10  # only B's own trials: the pulled ones are on the remote already
+
+    got = pull(machine(a), url, options)
+    assert (got.segments, got.added) == (1, 10)
+    assert len(trial_table(machine(a))) == 20
+    ex = explain(machine(a), "cnn/bs1/cpu")
+    assert ex.selection is not None and ex.other_groups == 1  # B's trials: shown, not used
+    assert pull(machine(a), url, options).segments == 0  # idempotent
+
+    c = fresh_clone(a, tmp_path / "c")
+    got = pull(machine(c), url, options)
+    assert (got.segments, got.added) == (2, 20)
+    result = apply(machine(c))
+    assert result.exit_code == 0 and result.built == 0  # measured by A under this signature: reused
+    lock_a, lock_c = Lockfile.read(a.parent / "tuning.lock"), Lockfile.read(c.parent / "tuning.lock")
+    for name, entry in lock_a.jobs.items():
+        assert lock_c.jobs[name]["route"] == entry["route"]
+        engine = c.parent / entry["engine"]["path"]
+        assert file_sha256(engine) == entry["engine"]["sha256"]  # fetched lazily, verified
+
+
+def test_two_machines_exchange_through_a_file_remote(a: Path, tmp_path: Path) -> None:
+    _exchange(a, (tmp_path / "remote").as_uri(), tmp_path)
+    segments = sorted(p.name for p in (tmp_path / "remote" / "segments").iterdir())
+    assert len(segments) == 2 and all(file_sha256(tmp_path / "remote" / "segments" / s) == s[:64]
+                                      for s in segments)
+
+
+def test_tampered_segment_is_rejected_whole_and_others_merge(a: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    push(machine(a), str(remote))
+    seg = next((remote / "segments").iterdir())
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    b = fresh_clone(a, tmp_path / "b")
+    report = pull(machine(b), str(remote))
+    assert report.segments == 0 and len(report.rejected) == 1
+    assert "tampered" in report.rejected[0] and seg.name[:64] in report.rejected[0]
+    assert trial_table(machine(b)) == []  # nothing half-merged, and it is retried next time
+    code = CliRunner().invoke(app, ["cache", "pull", str(remote), "-m", str(b)])
+    assert code.exit_code == 2 and "rejected" in code.output
+
+
+def test_tampered_engine_is_rejected_and_rebuilt(a: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    push(machine(a), str(remote))
+    for blob in (remote / "blobs").glob("*/*"):
+        blob.write_bytes(b"not the engine you are looking for")
+    c = fresh_clone(a, tmp_path / "c")
+    pull(machine(c), str(remote))
+    messages: list[str] = []
+
+    class Collect:
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return (lambda text: messages.append(text)) if name == "message" else (lambda *a, **k: None)
+
+    result = apply(machine(c), reporter=Collect())  # type: ignore[arg-type]
+    assert result.exit_code == 0 and result.built >= 1  # a winner rebuilt: the bad bytes never used
+    assert any("failed verification" in m for m in messages)
+    for sha in (c.parent / "caches" / "engines").glob("*/*"):
+        assert file_sha256(sha) == sha.name
+
+
+def test_remote_urls_and_errors(tmp_path: Path) -> None:
+    assert normalize_url(str(tmp_path / "r")) == (tmp_path / "r").resolve().as_uri()
+    assert normalize_url("s3://bucket/prefix/") == "s3://bucket/prefix"
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "trt-routes-remote.json").write_text('{"format": "trt-routes-remote", "version": 99}')
+    with pytest.raises(Exception, match="newer"):
+        Remote(str(tmp_path / "r")).check_format(create=False)
+    with pytest.raises(UsageError, match=r"not a usable remote URL|s3"):
+        Remote("nosuchproto://x/y")
+
+
+def test_pull_from_nothing_is_a_clear_error(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    manifest = make_project(tmp_path / "p", tiny_models)
+    result = CliRunner().invoke(app, ["cache", "pull", str(tmp_path / "nowhere"), "-m", str(manifest)])
+    assert result.exit_code == 2 and "no trt-routes remote" in result.output
+
+
+# -- S3 ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[str, str]]]:
+    """A moto S3 server on 127.0.0.1 and a new bucket (its URL, the storage options); skipped when moto
+    or s3fs is not installed or the server cannot start."""
+    server_mod = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    try:
+        server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+    except Exception as exc:  # no free port, a sandbox without sockets...
+        pytest.skip(f"local S3 server could not start: {exc}")
+    options = {"endpoint_url": f"http://{host}:{port}"}
+    try:
+        import s3fs
+
+        bucket = f"trt-routes-{uuid.uuid4().hex[:12]}"  # moto keeps buckets across servers of one process
+        s3fs.S3FileSystem(skip_instance_cache=True, **options).mkdir(bucket)
+        yield f"s3://{bucket}", options
+    finally:
+        server.stop()
+
+
+def test_two_machines_exchange_through_s3(a: Path, tmp_path: Path, s3: tuple[str, dict[str, str]]) -> None:
+    _exchange(a, f"{s3[0]}/team-cache", tmp_path, s3[1])
+
+
+def test_s3_cli_push_and_pull(a: Path, tmp_path: Path, s3: tuple[str, dict[str, str]]) -> None:
+    opt = f"endpoint_url={s3[1]['endpoint_url']}"
+    url = f"{s3[0]}/cli"
+    runner = CliRunner()
+    result = runner.invoke(app, ["cache", "push", url, "--option", opt, "-m", str(a)])
+    assert result.exit_code == 0 and "pushed 10 trial(s)" in result.output
+    c = fresh_clone(a, tmp_path / "c")
+    result = runner.invoke(app, ["cache", "pull", url, "--option", opt, "-m", str(c)])
+    assert result.exit_code == 0 and "10 new trial(s)" in result.output
+    result = runner.invoke(app, ["cache", "stats", "--json", "-m", str(c)])
+    assert result.exit_code == 0 and f'"{url}"' in result.output
+    assert "testing" not in result.output  # credentials are never stored

@@ -1,0 +1,403 @@
+"""Portable bundles of trials: a gzip'd tar whose first member is a versioned JSON manifest, then JSON
+Lines tables (trials, signatures, references) and content-addressed blobs (``blobs/<sha256>``).
+
+Reading trusts nothing: format and version, every member's name, type, size and sha256, the schema and
+keys of every row. Member names are matched against a fixed allow-list and never become paths; a blob
+is staged under the store and named only by the digest of the bytes actually read."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any
+
+from trt_routes import __version__, canonical
+from trt_routes.cache.store import STATUSES, TrialRecord, now
+from trt_routes.errors import CacheError
+
+FORMAT = "trt-routes-bundle"
+VERSION = 1
+MANIFEST = "trt-routes-bundle.json"
+TABLES = ("trials.jsonl", "signatures.jsonl", "references.jsonl")
+BLOB_KINDS = ("engine", "outputs", "reference")
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_TABLE_BYTES = 2 << 30
+_HEX = {16: re.compile(r"^[0-9a-f]{16}$"), 32: re.compile(r"^[0-9a-f]{32}$"), 64: re.compile(r"^[0-9a-f]{64}$")}
+_BLOB_NAME = re.compile(r"^blobs/([0-9a-f]{64})$")
+_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+class BundleError(CacheError):
+    """A bundle (or remote segment) is malformed, tampered with, or from a newer trt-routes."""
+
+
+def expected_group_key(trial: TrialRecord) -> str:
+    """The group key a trial's own key parts hash to (mirrors ``Job.group_key``; a test keeps them equal)."""
+    return canonical.digest([trial.signature, trial.backend, trial.model_digest, trial.shape_key,
+                             trial.settings_key, trial.protocol_key, trial.reference_key], 32)
+
+
+def expected_trial_id(trial: TrialRecord) -> str:
+    """The id a trial's group key and route hash to (mirrors ``Job.trial_id``)."""
+    return canonical.digest([trial.group_key, trial.route], 32)
+
+
+# -- row schema -----------------------------------------------------------------------------------
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite_or_none(v: Any) -> bool:
+    return v is None or (_is_number(v) and math.isfinite(v))
+
+
+def _losses(v: Any) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(m, dict)
+        and all(isinstance(mk, str) and (_is_number(mv) or mv is None) for mk, mv in m.items())
+        for k, m in v.items())
+
+
+#: One checker per annotation used in TrialRecord; a field with any other annotation fails loudly at import.
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "float | None": (_finite_or_none, "a finite number or null"),
+    "list[float]": (lambda v: isinstance(v, list) and all(_is_number(x) and math.isfinite(x) for x in v),
+                    "a list of finite numbers"),
+    "dict[str, dict[str, float]]": (_losses, "an object {output: {metric: number}}"),
+    "dict[str, Any]": (lambda v: isinstance(v, dict), "an object"),
+}
+TRIAL_FIELDS = {f.name: f for f in fields(TrialRecord)}
+_UNCHECKED = sorted({str(f.type) for f in TRIAL_FIELDS.values()} - set(_CHECKS))
+if _UNCHECKED:  # pragma: no cover - guards future TrialRecord changes
+    raise RuntimeError(f"bundle.py has no schema check for TrialRecord annotations {_UNCHECKED}")
+_REQUIRED = {n for n, f in TRIAL_FIELDS.items() if f.default is MISSING and f.default_factory is MISSING}
+
+
+def parse_trial(obj: Any, where: str) -> TrialRecord:
+    """A TrialRecord from one decoded row, or BundleError naming ``where`` and the bad field."""
+    def bad(msg: str) -> BundleError:
+        return BundleError(f"{where}: {msg}", "the bundle is corrupt or was altered; ask for a fresh export")
+
+    if not isinstance(obj, dict):
+        raise bad(f"a trial row must be an object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(TRIAL_FIELDS))
+    if unknown:
+        raise bad(f"unknown trial field(s) {', '.join(unknown)}")
+    missing = sorted(_REQUIRED - set(obj))
+    if missing:
+        raise bad(f"trial row lacks {', '.join(missing)}")
+    for name, value in obj.items():
+        check, what = _CHECKS[str(TRIAL_FIELDS[name].type)]
+        if not check(value):
+            raise bad(f"trial field '{name}' must be {what}, got {value!r:.80}")
+    trial = TrialRecord(**obj)
+    for name, size in (("id", 32), ("group_key", 32), ("signature", 16)):
+        if not _HEX[size].match(getattr(trial, name)):
+            raise bad(f"trial field '{name}' must be {size} hex digits, got {getattr(trial, name)!r:.80}")
+    for name in ("engine_sha256", "outputs_sha256"):
+        if getattr(trial, name) and not _HEX[64].match(getattr(trial, name)):
+            raise bad(f"trial field '{name}' must be a sha256 (64 hex digits) or empty")
+    if trial.status not in STATUSES:
+        raise bad(f"trial status {trial.status!r} is not one of {', '.join(STATUSES)}")
+    if not _TIME.match(trial.created_at):
+        raise bad(f"trial created_at {trial.created_at!r} is not a UTC time like 2025-01-31T12:00:00Z")
+    if trial.group_key != expected_group_key(trial):
+        raise bad(f"trial {trial.id}: its group key does not match its signature and key parts")
+    if trial.id != expected_trial_id(trial):
+        raise bad(f"trial {trial.id}: its id does not match its group key and route")
+    return trial
+
+
+def parse_signature(obj: Any, where: str) -> tuple[str, dict[str, str]]:
+    if not (isinstance(obj, dict) and set(obj) == {"hash", "fields"} and isinstance(obj["fields"], dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in obj["fields"].items())
+            and isinstance(obj["hash"], str)):
+        raise BundleError(f"{where}: a signature row is {{hash, fields: {{name: text}}}}")
+    if canonical.digest(obj["fields"], 16) != obj["hash"]:
+        raise BundleError(f"{where}: signature {obj['hash']!r:.40} does not hash to its fields")
+    return obj["hash"], dict(obj["fields"])
+
+
+def parse_reference(obj: Any, where: str) -> dict[str, str]:
+    keys = {"key", "inputs_sha256", "outputs_sha256", "created_at"}
+    if not (isinstance(obj, dict) and set(obj) == keys and all(isinstance(obj[k], str) for k in keys)
+            and _HEX[16].match(obj["key"]) and _HEX[64].match(obj["inputs_sha256"])
+            and _HEX[64].match(obj["outputs_sha256"])):
+        raise BundleError(f"{where}: a reference row is {{key, inputs_sha256, outputs_sha256, created_at}}")
+    return dict(obj)
+
+
+def trial_json(trial: TrialRecord) -> dict[str, Any]:
+    """A trial as bundle JSON (structures, not the cache's JSON-in-text columns)."""
+    return {f: getattr(trial, f) for f in TRIAL_FIELDS}
+
+
+def _jsonl(rows: Iterable[Any]) -> bytes:
+    return b"".join(json.dumps(r, sort_keys=True, separators=(",", ":"), allow_nan=True).encode() + b"\n"
+                    for r in rows)
+
+
+# -- the bundle --------------------------------------------------------------------------------------
+@dataclass
+class Bundle:
+    """A validated bundle: rows ready to merge, blobs verified and staged (call ``discard`` when done)."""
+
+    path: str
+    info: dict[str, Any]
+    trials: list[TrialRecord] = field(default_factory=list)
+    signatures: dict[str, dict[str, str]] = field(default_factory=dict)
+    references: list[dict[str, str]] = field(default_factory=list)
+    blobs: dict[str, Path] = field(default_factory=dict)
+    staging: Path | None = None
+
+    def discard(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging = None
+
+
+def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: dict[str, dict[str, str]],
+                 references: list[dict[str, str]] | None = None,
+                 blobs: dict[str, tuple[Path, str]] | None = None, kind: str = "export") -> dict[str, Any]:
+    """Write a bundle to ``dest`` (a path, written atomically, or a binary file). ``blobs`` maps a sha256
+    to (file, kind); each file is verified against its name first. Returns the manifest."""
+    blobs = blobs or {}
+    for sha, (path, _) in sorted(blobs.items()):
+        if canonical.file_sha256(path) != sha:
+            raise CacheError(f"blob {sha} in {path.parent} is corrupt (its bytes hash differently)",
+                             "run `trt-routes cache verify` to evict it, then export again")
+    ordered = sorted(trials, key=lambda t: t.id)
+    tables = {
+        "trials.jsonl": (_jsonl(trial_json(t) for t in ordered), len(ordered)),
+        "signatures.jsonl": (_jsonl({"hash": h, "fields": signatures[h]} for h in sorted(signatures)),
+                             len(signatures)),
+        "references.jsonl": (_jsonl(sorted(references or [], key=lambda r: r["key"])), len(references or [])),
+    }
+    manifest = {
+        "format": FORMAT, "version": VERSION, "kind": kind, "created_at": now(), "host": socket.gethostname(),
+        "tool_version": __version__,
+        "members": {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "rows": rows}
+                    for name, (data, rows) in tables.items()},
+        "blobs": {sha: {"size": path.stat().st_size, "kind": k} for sha, (path, k) in sorted(blobs.items())},
+    }
+    if isinstance(dest, Path):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                _write_tar(f, manifest, tables, blobs)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    else:
+        _write_tar(dest, manifest, tables, blobs)
+    return manifest
+
+
+def _write_tar(out: IO[bytes], manifest: dict[str, Any], tables: dict[str, tuple[bytes, int]],
+               blobs: dict[str, tuple[Path, str]]) -> None:
+    def info(name: str, size: int) -> tarfile.TarInfo:
+        ti = tarfile.TarInfo(name)
+        ti.size, ti.mtime, ti.mode, ti.uid, ti.gid, ti.uname, ti.gname = size, 0, 0o644, 0, 0, "", ""
+        return ti
+
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="", compresslevel=6) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        head = json.dumps(manifest, sort_keys=True, indent=1).encode()
+        tar.addfile(info(MANIFEST, len(head)), io.BytesIO(head))
+        for name, (data, _) in tables.items():
+            tar.addfile(info(name, len(data)), io.BytesIO(data))
+        for sha, (path, _) in sorted(blobs.items()):
+            with open(path, "rb") as f:
+                tar.addfile(info(f"blobs/{sha}", manifest["blobs"][sha]["size"]), f)
+
+
+def _read_exact(f: IO[bytes], size: int, sink: Callable[[bytes], None]) -> str:
+    h = hashlib.sha256()
+    left = size
+    while left:
+        block = f.read(min(left, 1 << 20))
+        if not block:
+            break
+        h.update(block)
+        sink(block)
+        left -= len(block)
+    if left:
+        raise BundleError("bundle ends inside a member (truncated)")
+    return h.hexdigest()
+
+
+def _check_manifest(head: Any, where: str) -> dict[str, Any]:
+    def bad(msg: str, hint: str | None = None) -> BundleError:
+        return BundleError(f"{where}: {msg}", hint or "the bundle is corrupt or was altered")
+
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise bad("not a trt-routes bundle (its manifest names no 'trt-routes-bundle' format)")
+    version = head.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise bad("bundle manifest has no integer version")
+    if version > VERSION:
+        raise bad(f"bundle format version {version} is newer than this trt-routes understands ({VERSION})",
+                  "upgrade trt-routes (pip install -U trt-routes) on this machine")
+    if version < 1:
+        raise bad(f"bundle format version {version} is not a known version")
+    members, blobs = head.get("members"), head.get("blobs")
+    if not isinstance(members, dict) or set(members) != set(TABLES):
+        raise bad(f"bundle manifest must list exactly the members {', '.join(TABLES)}")
+    for name, m in members.items():
+        if not (isinstance(m, dict) and isinstance(m.get("sha256"), str) and _HEX[64].match(m["sha256"])
+                and _is_number(m.get("size")) and 0 <= m["size"] <= MAX_TABLE_BYTES
+                and _is_number(m.get("rows")) and m["rows"] >= 0):
+            raise bad(f"bundle manifest entry for {name} needs sha256, size (at most {MAX_TABLE_BYTES}) and rows")
+    if not isinstance(blobs, dict):
+        raise bad("bundle manifest 'blobs' must be an object {sha256: {size, kind}}")
+    for sha, b in blobs.items():
+        if not (_HEX[64].match(sha) and isinstance(b, dict) and _is_number(b.get("size")) and b["size"] >= 0
+                and b.get("kind") in BLOB_KINDS):
+            raise bad(f"bundle manifest blob entry {sha!r:.80} needs a sha256 name, a size and a kind")
+    return head
+
+
+def read_bundle(source: Path, staging_root: Path | None = None, *, label: str | None = None) -> Bundle:
+    """Read and validate the bundle at ``source``. Blobs are streamed into a fresh folder under
+    ``staging_root`` (bundles with blobs need one) and verified by digest. Raises BundleError."""
+    where = label or str(source)
+    bundle: Bundle | None = None
+    try:
+        with tarfile.open(source, mode="r|*") as tar:
+            bundle = _read_members(tar, where, staging_root)
+    except BundleError:
+        if bundle is not None:
+            bundle.discard()
+        raise
+    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+        raise BundleError(f"{where}: not a readable trt-routes bundle ({exc})",
+                          "bundles are written by `trt-routes cache export`") from exc
+    return bundle
+
+
+def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None) -> Bundle:
+    manifest: dict[str, Any] | None = None
+    tables: dict[str, bytes] = {}
+    bundle = Bundle(path=where, info={})
+    try:
+        for member in tar:
+            name = member.name
+            if not member.isreg():
+                raise BundleError(f"{where}: member {name!r} is not a regular file (links, folders and devices "
+                                  "are refused)", "the bundle was altered; ask for a fresh export")
+            if manifest is None:
+                if name != MANIFEST or member.size > MAX_MANIFEST_BYTES:
+                    raise BundleError(f"{where}: not a trt-routes bundle (first member is {name!r}, "
+                                      f"expected {MANIFEST})", "bundles are written by `trt-routes cache export`")
+                data = _member_bytes(tar, member, where)
+                try:
+                    head = json.loads(data)
+                except ValueError as exc:
+                    raise BundleError(f"{where}: bundle manifest is not JSON ({exc})") from exc
+                manifest = _check_manifest(head, where)
+                bundle.info = {k: manifest.get(k) for k in ("kind", "created_at", "host", "tool_version",
+                                                             "version")}
+                continue
+            if name in TABLES:
+                declared = manifest["members"][name]
+                if name in tables or member.size != declared["size"]:
+                    raise BundleError(f"{where}: member {name} is duplicated or its size differs from the manifest")
+                data = _member_bytes(tar, member, where)
+                if hashlib.sha256(data).hexdigest() != declared["sha256"]:
+                    raise BundleError(f"{where}: {name} does not match its sha256 in the manifest (tampered?)")
+                tables[name] = data
+                continue
+            match = _BLOB_NAME.match(name)
+            if match is None:
+                raise BundleError(f"{where}: unexpected member {name!r}: bundles hold only "
+                                  f"{MANIFEST}, {', '.join(TABLES)} and blobs/<sha256>; nothing is extracted "
+                                  "by member name", "the bundle was altered; ask for a fresh export")
+            sha = match.group(1)
+            declared_blob = manifest["blobs"].get(sha)
+            if declared_blob is None or sha in bundle.blobs or member.size != declared_blob["size"]:
+                raise BundleError(f"{where}: blob {sha} is undeclared, duplicated, or its size differs "
+                                  "from the manifest")
+            if staging_root is None:
+                raise BundleError(f"{where}: bundle carries blobs but no store was given to receive them")
+            if bundle.staging is None:
+                staging_root.mkdir(parents=True, exist_ok=True)
+                bundle.staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=staging_root))
+            dest = bundle.staging / sha
+            f = tar.extractfile(member)
+            assert f is not None
+            with open(dest, "wb") as out:
+                got = _read_exact(f, member.size, out.write)
+            if got != sha:
+                raise BundleError(f"{where}: blob {sha} is corrupt or tampered: its bytes hash to {got}",
+                                  "nothing from this bundle was merged; ask for a fresh export")
+            bundle.blobs[sha] = dest
+        if manifest is None:
+            raise BundleError(f"{where}: empty archive, not a trt-routes bundle")
+        missing = [n for n in TABLES if n not in tables] + [f"blobs/{s}" for s in manifest["blobs"]
+                                                            if s not in bundle.blobs]
+        if missing:
+            raise BundleError(f"{where}: bundle lacks member(s) {', '.join(missing[:5])} (truncated?)")
+        _parse_tables(bundle, tables, manifest, where)
+        return bundle
+    except BaseException:
+        bundle.discard()
+        raise
+
+
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> bytes:
+    f = tar.extractfile(member)
+    assert f is not None
+    buf = bytearray()
+    _read_exact(f, member.size, buf.extend)
+    return bytes(buf)
+
+
+def _rows(data: bytes, name: str, where: str, declared: int) -> list[tuple[str, Any]]:
+    out = []
+    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        at = f"{where}: {name} line {n}"
+        try:
+            out.append((at, json.loads(line)))
+        except ValueError as exc:
+            raise BundleError(f"{at}: not JSON ({exc})") from exc
+    if len(out) != declared:
+        raise BundleError(f"{where}: {name} has {len(out)} rows, the manifest says {declared}")
+    return out
+
+
+def _parse_tables(bundle: Bundle, tables: dict[str, bytes], manifest: dict[str, Any], where: str) -> None:
+    members = manifest["members"]
+    for at, obj in _rows(tables["signatures.jsonl"], "signatures.jsonl", where,
+                         members["signatures.jsonl"]["rows"]):
+        sig, fields_ = parse_signature(obj, at)
+        bundle.signatures[sig] = fields_
+    seen: set[str] = set()
+    for at, obj in _rows(tables["trials.jsonl"], "trials.jsonl", where, members["trials.jsonl"]["rows"]):
+        trial = parse_trial(obj, at)
+        if trial.id in seen:
+            raise BundleError(f"{at}: trial {trial.id} appears twice")
+        if trial.signature not in bundle.signatures:
+            raise BundleError(f"{at}: trial {trial.id} names signature {trial.signature}, which the bundle "
+                              "does not carry")
+        seen.add(trial.id)
+        bundle.trials.append(trial)
+    for at, obj in _rows(tables["references.jsonl"], "references.jsonl", where,
+                         members["references.jsonl"]["rows"]):
+        bundle.references.append(parse_reference(obj, at))

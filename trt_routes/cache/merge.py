@@ -1,0 +1,236 @@
+"""Merging trials into the local cache (bundles, remote segments, tuning caches) and exporting bundles.
+
+Trials are immutable facts keyed by their id. When two rows share an id but differ (two machines with
+one signature measured the same route before they synced), every cache keeps the same one: the earliest
+measurement (created_at, then host, then the digest of the row). So a merge is idempotent, and the
+state it leaves does not depend on the order in which bundles arrive. One merge is one transaction."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from filelock import FileLock, Timeout
+
+from trt_routes.artifacts import BlobStore
+from trt_routes.cache.bundle import BundleError, parse_trial, read_bundle, trial_json, write_bundle
+from trt_routes.cache.store import CacheStore, TrialRecord, now
+from trt_routes.errors import UsageError
+
+if TYPE_CHECKING:
+    from trt_routes.project import Project
+
+_CHUNK = 400
+
+
+@dataclass
+class MergeReport:
+    """What one merge did."""
+
+    source: str
+    added: int = 0
+    present: int = 0  # identical rows already here
+    replaced: int = 0  # conflicting rows: the incoming one was measured earlier and now stands
+    kept: int = 0  # conflicting rows: ours was measured earlier and stays
+    signatures: int = 0
+    references: int = 0
+    blobs: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        parts = [f"{self.added} new trial(s)", f"{self.present} already here"]
+        if self.replaced or self.kept:
+            parts.append(f"{self.replaced + self.kept} conflicting (kept the earlier measurement: "
+                         f"{self.replaced} incoming, {self.kept} ours)")
+        if self.blobs:
+            parts.append(f"{self.blobs} blob(s)")
+        return f"{self.source}: " + ", ".join(parts)
+
+
+def row_rank(trial: TrialRecord) -> tuple[str, str, str]:
+    """The order that decides between two rows of one id: earliest created_at, then host, then content."""
+    text = json.dumps(trial.to_row(), sort_keys=True, allow_nan=True)
+    return trial.created_at, trial.host, hashlib.sha256(text.encode()).hexdigest()
+
+
+def _chunks(items: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i:i + _CHUNK]
+
+
+def existing_trials(cache: CacheStore, ids: Iterable[str]) -> dict[str, TrialRecord | None]:
+    """Rows already in the cache for ``ids`` (None for a row that does not decode: it is replaced)."""
+    out: dict[str, TrialRecord | None] = {}
+    for chunk in _chunks(sorted(set(ids))):
+        rows = cache.db.query(f"SELECT * FROM trials WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+        for row in rows:
+            try:
+                out[row["id"]] = TrialRecord.from_row(row)
+            except (ValueError, TypeError):
+                out[row["id"]] = None
+    return out
+
+
+def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, dict[str, str]],
+          references: Iterable[dict[str, str]] = (), *, state: Iterable[tuple[str, str, str]] = (),
+          source: str = "") -> MergeReport:
+    """Merge rows in one transaction; ``state`` rows (remote, kind, key) are recorded in the same one."""
+    report = MergeReport(source=source)
+    incoming: dict[str, TrialRecord] = {}
+    for t in trials:
+        if t.id not in incoming or row_rank(t) < row_rank(incoming[t.id]):
+            incoming[t.id] = t
+    write: list[TrialRecord] = []
+    with cache.db.conn:
+        for sig, fields_ in sorted(signatures.items()):
+            cur = cache.db.execute("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
+                                   [sig, json.dumps(fields_, sort_keys=True), now()])
+            report.signatures += cur.rowcount
+        have = existing_trials(cache, incoming)
+        for tid, t in sorted(incoming.items()):
+            if tid not in have:
+                write.append(t)
+                report.added += 1
+                continue
+            old = have[tid]
+            if old is not None and old.to_row() == t.to_row():
+                report.present += 1
+            elif old is None or row_rank(t) < row_rank(old):
+                write.append(t)
+                report.replaced += 1
+            else:
+                report.kept += 1
+        if write:
+            cols = list(write[0].to_row())
+            cache.db.conn.executemany(
+                f"INSERT OR REPLACE INTO trials ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                [list(t.to_row().values()) for t in write])
+        for ref in references:
+            cur = cache.db.execute(
+                "INSERT OR IGNORE INTO [references] (key, inputs_sha256, outputs_sha256, created_at) "
+                "VALUES (?, ?, ?, ?)", [ref["key"], ref["inputs_sha256"], ref["outputs_sha256"], ref["created_at"]])
+            report.references += cur.rowcount
+        at = now()
+        cache.db.conn.executemany("INSERT OR IGNORE INTO remote_state (remote, kind, key, at) VALUES (?, ?, ?, ?)",
+                                  [(r, k, key, at) for r, k, key in state])
+    return report
+
+
+def install_blobs(store: BlobStore, staged: dict[str, Path]) -> int:
+    """Move verified, staged blobs into the store (same filesystem); returns how many were new."""
+    added = 0
+    for sha, path in sorted(staged.items()):
+        dest = store.path(sha)
+        if dest.is_file():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+        added += 1
+    return added
+
+
+@contextmanager
+def exclusive(project: Project, what: str) -> Iterator[None]:
+    """The project's apply lock: merges and gc never interleave with an apply on the same cache."""
+    project.cache_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(project.cache_path) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout as exc:
+        raise UsageError(f"`trt-routes apply` (or another cache command) is running on {project.cache_path}",
+                         f"run `trt-routes {what}` again when it has finished") from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+# -- export / import --------------------------------------------------------------------------------
+@dataclass
+class ExportReport:
+    path: str
+    trials: int
+    signatures: int
+    references: int
+    blobs: int
+    bytes: int
+    skipped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def collect(cache: CacheStore, trials: list[TrialRecord]) -> tuple[
+        list[TrialRecord], dict[str, dict[str, str]], list[dict[str, str]], list[str]]:
+    """The exportable subset of ``trials`` with their signatures and references, and why others were left."""
+    skipped: list[str] = []
+    signatures: dict[str, dict[str, str]] = {}
+    keep: list[TrialRecord] = []
+    for t in trials:
+        if t.signature not in signatures:
+            fields_ = cache.signature_fields(t.signature)
+            if fields_ is None:
+                skipped.append(f"trial {t.id}: its signature {t.signature!r} has no recorded fields")
+                continue
+            signatures[t.signature] = fields_
+        try:
+            parse_trial(trial_json(t), f"trial {t.id}")
+        except BundleError as exc:
+            skipped.append(exc.message)
+            continue
+        keep.append(t)
+    keys = sorted({t.reference_key for t in keep})
+    refs = []
+    for key in keys:
+        refs += [{k: r[k] for k in ("key", "inputs_sha256", "outputs_sha256", "created_at")}
+                 for r in cache.db.query("SELECT * FROM [references] WHERE key = ?", [key])]
+    return keep, {s: signatures[s] for s in {t.signature for t in keep}}, refs, skipped
+
+
+def export_bundle(project: Project, dest: Path, *, engines: bool = False, outputs: bool = False,
+                  only: list[str] | None = None) -> ExportReport:
+    """Write the cache's trials (of jobs matching ``only``) with provenance to a bundle at ``dest``."""
+    store = project.store
+    with project.open_cache() as cache:
+        trials = [t for t in cache.all_trials() if not only or any(fnmatch.fnmatchcase(t.job, p) for p in only)]
+        keep, signatures, refs, skipped = collect(cache, trials)
+        skipped += cache.warnings
+    blobs: dict[str, tuple[Path, str]] = {}
+    for t in keep:
+        if engines and store.has(t.engine_sha256):
+            blobs[t.engine_sha256] = (store.path(t.engine_sha256), "engine")
+        if outputs and store.has(t.outputs_sha256):
+            blobs.setdefault(t.outputs_sha256, (store.path(t.outputs_sha256), "outputs"))
+    if outputs:
+        for r in refs:
+            for sha in (r["inputs_sha256"], r["outputs_sha256"]):
+                if store.has(sha):
+                    blobs.setdefault(sha, (store.path(sha), "reference"))
+    write_bundle(dest, keep, signatures, refs, blobs)
+    return ExportReport(str(dest), len(keep), len(signatures), len(refs), len(blobs), dest.stat().st_size,
+                        skipped)
+
+
+def import_bundle(project: Project, path: Path) -> MergeReport:
+    """Validate the bundle at ``path`` completely, then merge it in one transaction (idempotent)."""
+    store = project.store
+    with exclusive(project, f"cache import {path}"):
+        bundle = read_bundle(path, store.root)
+        try:
+            with project.open_cache() as cache:
+                blobs = install_blobs(store, bundle.blobs)
+                report = merge(cache, bundle.trials, bundle.signatures, bundle.references, source=str(path))
+                report.blobs = blobs
+        finally:
+            bundle.discard()
+    return report

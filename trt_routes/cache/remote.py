@@ -1,0 +1,329 @@
+"""Cache remotes through fsspec: ``file://`` paths (or plain folders) and ``s3://`` (``pip install
+'trt-routes[s3]'``). Many machines push at once with no server and no locks, because nothing is ever
+rewritten in place:
+
+    URL/trt-routes-remote.json       {"format": "trt-routes-remote", "version": 1}
+    URL/segments/<sha256>.tar.gz     a bundle of trials (no blobs), named by the sha256 of its bytes
+    URL/blobs/<ab>/<sha256>          engines, named by the sha256 of their bytes
+
+Push uploads blobs first, then one segment of the trials the remote lacks (a local record of what went
+where), so a reader that sees a segment can find its engines. Pull merges every segment not merged yet
+(validated, one transaction each); engines are fetched lazily when apply needs one, verified first."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trt_routes.artifacts import BlobStore
+from trt_routes.cache.bundle import BundleError, read_bundle, write_bundle
+from trt_routes.cache.merge import collect, exclusive, install_blobs, merge
+from trt_routes.cache.store import CacheStore, now
+from trt_routes.canonical import file_sha256
+from trt_routes.errors import CacheError, UsageError
+
+if TYPE_CHECKING:
+    from trt_routes.project import Project
+
+REMOTE_FORMAT = "trt-routes-remote"
+REMOTE_VERSION = 1
+MARKER = "trt-routes-remote.json"
+_SEGMENT = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
+_SECRET = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+
+
+def normalize_url(url: str) -> str:
+    """``s3://b/p`` stays; a plain path or ``file://`` URL becomes an absolute ``file://`` URL."""
+    url = url.strip()
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    elif "://" in url:
+        return url.rstrip("/")
+    return "file://" + Path(url).expanduser().resolve().as_posix()
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` pairs (fsspec storage options such as endpoint_url) into a dict."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--option {pair!r} is not KEY=VALUE", "e.g. --option endpoint_url=http://127.0.0.1:9000")
+        out[key.strip()] = value
+    return out
+
+
+class Remote:
+    """One remote, opened through fsspec."""
+
+    def __init__(self, url: str, options: dict[str, str] | None = None) -> None:
+        self.url = normalize_url(url)
+        self.options = dict(options or {})
+        try:
+            import fsspec
+        except ImportError as exc:  # pragma: no cover - fsspec is a core dependency
+            raise UsageError("cache remotes need fsspec", "pip install 'trt-routes[s3]'") from exc
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.options)
+        except ImportError as exc:
+            raise UsageError(f"{self.url}: {exc}", "pip install 'trt-routes[s3]' for s3:// remotes") from exc
+        except ValueError as exc:
+            raise UsageError(f"{self.url}: not a usable remote URL ({exc})",
+                             "use a folder, file:///path or s3://bucket/prefix") from exc
+        self.root = self.root.rstrip("/")
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+
+    @property
+    def stored_options(self) -> dict[str, str]:
+        """Options worth remembering for lazy fetches (never anything that looks like a credential)."""
+        return {k: v for k, v in self.options.items() if not _SECRET.search(k)}
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def segment_path(self, sha: str) -> str:
+        return self.path("segments", f"{sha}.tar.gz")
+
+    def blob_path(self, sha: str) -> str:
+        return self.path("blobs", sha[:2], sha)
+
+    def exists(self, rpath: str) -> bool:
+        return bool(self.fs.exists(rpath))
+
+    def check_format(self, create: bool) -> None:
+        marker = self.path(MARKER)
+        if self.exists(marker):
+            try:
+                head = json.loads(self.fs.cat_file(marker))
+            except ValueError as exc:
+                raise CacheError(f"{self.url}/{MARKER} is not JSON", "is this a trt-routes remote?") from exc
+            if not isinstance(head, dict) or head.get("format") != REMOTE_FORMAT:
+                raise CacheError(f"{self.url} is not a trt-routes remote ({MARKER} names another format)")
+            version = head.get("version")
+            if not isinstance(version, int) or version > REMOTE_VERSION:
+                raise CacheError(f"{self.url}: remote layout version {version} is newer than this trt-routes "
+                                 f"understands ({REMOTE_VERSION})", "upgrade trt-routes on this machine")
+        elif create:
+            self.put_bytes(json.dumps({"format": REMOTE_FORMAT, "version": REMOTE_VERSION}).encode(), marker)
+
+    def segments(self) -> tuple[list[str], list[str]]:
+        """(segment digests, other names found under segments/)."""
+        folder = self.path("segments")
+        if not self.exists(folder):
+            return [], []
+        shas, other = [], []
+        for entry in self.fs.ls(folder, detail=False):
+            name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+            match = _SEGMENT.match(name)
+            (shas if match else other).append(match.group(1) if match else name)
+        return sorted(shas), sorted(other)
+
+    def put_file(self, local: Path, rpath: str) -> None:
+        """Upload so that readers never see a partial file: a temporary name and a rename on a filesystem;
+        object stores make an object visible only when its upload completes."""
+        parent = rpath.rsplit("/", 1)[0]
+        if self.local:
+            self.fs.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/.{uuid.uuid4().hex}.tmp"
+            try:
+                self.fs.put_file(str(local), tmp)
+                os.replace(tmp, rpath)
+            finally:
+                if self.fs.exists(tmp):
+                    self.fs.rm_file(tmp)
+        else:
+            self.fs.put_file(str(local), rpath)
+
+    def put_bytes(self, data: bytes, rpath: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / "data"
+            local.write_bytes(data)
+            self.put_file(local, rpath)
+
+    def get_file(self, rpath: str, local: Path) -> None:
+        self.fs.get_file(rpath, str(local))
+
+
+def remember(cache: CacheStore, remote: Remote, pulled: bool) -> None:
+    """Record the remote (for lazy engine fetches) in its own small transaction."""
+    row = cache.db.execute("SELECT last_pull FROM remotes WHERE url = ?", [remote.url]).fetchone()
+    with cache.db.conn:
+        cache.db.execute(
+            "INSERT OR REPLACE INTO remotes (url, options, added_at, last_pull) VALUES (?, ?, "
+            "coalesce((SELECT added_at FROM remotes WHERE url = ?), ?), ?)",
+            [remote.url, json.dumps(remote.stored_options, sort_keys=True), remote.url, now(),
+             now() if pulled else (row[0] if row else "")])
+
+
+def _state(cache: CacheStore, url: str, kind: str) -> set[str]:
+    return {r[0] for r in cache.db.execute("SELECT key FROM remote_state WHERE remote = ? AND kind = ?",
+                                           [url, kind])}
+
+
+# -- push ---------------------------------------------------------------------------------------------
+@dataclass
+class PushReport:
+    url: str
+    trials: int = 0
+    segment: str | None = None
+    engines: int = 0
+    engines_present: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        if not self.trials and not self.engines:
+            return f"{self.url}: nothing to push (the remote has every trial and engine of this cache)"
+        seg = f" as segment {self.segment[:12]}" if self.segment else ""
+        return (f"{self.url}: pushed {self.trials} trial(s){seg} and {self.engines} engine(s) "
+                f"({self.engines_present} already there)")
+
+
+def push(project: Project, url: str, options: dict[str, str] | None = None, *, all_engines: bool = False,
+         everything: bool = False) -> PushReport:
+    """Push trials the remote lacks (by the local record) and the engines ``tuning.lock`` references
+    (every engine of a pushed trial with ``all_engines``). ``everything`` ignores the local record."""
+    remote = Remote(url, options)
+    report = PushReport(remote.url)
+    remote.check_format(create=True)
+    store = project.store
+    lock = project.read_lock()
+    with project.open_cache() as cache:
+        pushed = set() if everything else _state(cache, remote.url, "trial")
+        pushed_blobs = set() if everything else _state(cache, remote.url, "blob")
+        trials = [t for t in cache.all_trials() if t.id not in pushed]
+        keep, signatures, refs, report.skipped = collect(cache, trials)
+        wanted = {e.get("engine", {}).get("sha256", "") for e in lock.jobs.values()}
+        if all_engines:
+            wanted |= {t.engine_sha256 for t in keep}
+        state: list[tuple[str, str, str]] = []
+        for sha in sorted(s for s in wanted if s and s not in pushed_blobs and store.has(s)):
+            if remote.exists(remote.blob_path(sha)):
+                report.engines_present += 1
+            elif not store.verify(sha):
+                report.skipped.append(f"engine {sha} is corrupt here and was not pushed "
+                                      "(run `trt-routes cache verify`)")
+                continue
+            else:
+                remote.put_file(store.path(sha), remote.blob_path(sha))
+                report.engines += 1
+            state.append((remote.url, "blob", sha))
+        if keep:
+            with tempfile.TemporaryDirectory(dir=project.cache_path.parent) as tmp:
+                local = Path(tmp) / "segment.tar.gz"
+                write_bundle(local, keep, signatures, refs, kind="segment")
+                sha = file_sha256(local)
+                if not remote.exists(remote.segment_path(sha)):
+                    remote.put_file(local, remote.segment_path(sha))
+            report.segment, report.trials = sha, len(keep)
+            state += [(remote.url, "segment", sha)] + [(remote.url, "trial", t.id) for t in keep]
+        remember(cache, remote, pulled=False)
+        merge(cache, [], {}, state=state)  # the record of what the remote now holds, one transaction
+    return report
+
+
+# -- pull ---------------------------------------------------------------------------------------------
+@dataclass
+class PullReport:
+    url: str
+    segments: int = 0
+    added: int = 0
+    present: int = 0
+    conflicts: int = 0
+    rejected: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        text = (f"{self.url}: merged {self.segments} new segment(s): {self.added} new trial(s), "
+                f"{self.present} already here")
+        if self.conflicts:
+            text += f", {self.conflicts} conflicting (the earlier measurement kept)"
+        return text + "; engines are fetched when a job needs one"
+
+
+def pull(project: Project, url: str, options: dict[str, str] | None = None) -> PullReport:
+    """Merge every remote segment not merged yet. A segment that fails validation is rejected whole
+    (listed in ``rejected``) and the others are merged; nothing is half-merged."""
+    remote = Remote(url, options)
+    report = PullReport(remote.url)
+    remote.check_format(create=False)
+    if not remote.exists(remote.path(MARKER)):
+        raise UsageError(f"no trt-routes remote at {remote.url} (no {MARKER})",
+                         "check the URL; a remote is created by the first `trt-routes cache push`")
+    store = project.store
+    with exclusive(project, f"cache pull {url}"), project.open_cache() as cache:
+        done = _state(cache, remote.url, "segment")
+        shas, report.ignored = remote.segments()
+        for sha in (s for s in shas if s not in done):
+            label = f"{remote.url}/segments/{sha}.tar.gz"
+            store.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".incoming-", dir=store.root) as tmp:
+                local = Path(tmp) / "segment"
+                try:
+                    remote.get_file(remote.segment_path(sha), local)
+                    got = file_sha256(local)
+                    if got != sha:
+                        raise BundleError(f"{label}: segment is corrupt or tampered: its bytes hash to {got}",
+                                          "nothing from it was merged; the machine that pushed it can push again")
+                    bundle = read_bundle(local, Path(tmp), label=label)
+                except BundleError as exc:
+                    report.rejected.append(str(exc))
+                    continue
+                except OSError as exc:
+                    report.rejected.append(f"{label}: could not be read ({exc})")
+                    continue
+                install_blobs(store, bundle.blobs)
+                state = [(remote.url, "segment", sha)] + [(remote.url, "trial", t.id) for t in bundle.trials]
+                merged = merge(cache, bundle.trials, bundle.signatures, bundle.references, state=state,
+                               source=label)
+            report.segments += 1
+            report.added += merged.added
+            report.present += merged.present
+            report.conflicts += merged.replaced + merged.kept
+        remember(cache, remote, pulled=True)
+    return report
+
+
+# -- lazy engine fetches --------------------------------------------------------------------------------
+def fetch_blob(cache: CacheStore, store: BlobStore, sha: str, say: Callable[[str], None]) -> bool:
+    """Fetch blob ``sha`` from the remotes this cache pulled from or pushed to, newest pull first, and
+    keep it only when its bytes hash to ``sha``. Never raises: a miss means the caller rebuilds."""
+    if not sha:
+        return False
+    try:
+        rows = list(cache.db.execute("SELECT url, options FROM remotes ORDER BY last_pull DESC, url"))
+    except Exception:  # an old cache without the table, or a busy one: no remote, rebuild
+        return False
+    for url, options in rows:
+        try:
+            remote = Remote(url, json.loads(options or "{}"))
+            rpath = remote.blob_path(sha)
+            if not remote.exists(rpath):
+                continue
+            store.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".incoming-", dir=store.root) as tmp:
+                local = Path(tmp) / sha
+                remote.get_file(rpath, local)
+                got = file_sha256(local)
+                if got != sha:
+                    say(f"engine {sha[:12]} from {url} failed verification (its bytes hash to {got[:12]}): "
+                        "rejected, not used")
+                    continue
+                install_blobs(store, {sha: local})
+            say(f"engine {sha[:12]} fetched from {url} (sha256 verified)")
+            return True
+        except Exception as exc:  # network, credentials, missing s3fs: the cache is never fatal
+            say(f"could not fetch engine {sha[:12]} from {url}: {exc}")
+    return False
