@@ -13,7 +13,6 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -23,6 +22,7 @@ from trt_routes.catalog import Catalog
 from trt_routes.explain import Explanation
 from trt_routes.jobs import Job
 from trt_routes.plan import Plan
+from trt_routes.report.progress import EtaColumn, TrialClock, clock_text
 from trt_routes.routes import describe
 from trt_routes.status import JobStatus
 
@@ -112,23 +112,29 @@ class PlainReporter:
         self.quiet = quiet
         self.done = 0
         self.total = 0
+        self.clock = TrialClock()
 
     def plan(self, plan: Plan) -> None:
         self.total = plan.builds
+        self.clock.plan({jp.job.name: len(jp.to_build) for jp in plan.jobs})
         if not self.quiet:
             render_plan(plan, self.console)
 
     def job_start(self, job: Job, builds: int) -> None:
+        self.clock.job_start(job.name, builds)
         if not self.quiet:
-            self.console.print(f"tuning {job.name}: {builds} build(s)")
+            self.console.print(f"tuning {job.name}: {builds} build(s)", markup=False, highlight=False)
 
     def trial_done(self, job: Job, trial: TrialRecord) -> None:
         self.done += 1
+        seconds = self.clock.trial_done(job.name)
         if self.quiet:
             return
-        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {escape(trial.error[:120])}"
+        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {trial.error[:120]}"
+        took = f" in {seconds:.1f} s" if seconds is not None else ""
         self.console.print(f"  [{self.done}/{max(self.total, self.done)}] {job.name} "
-                           f"{describe(trial.route)}: {trial.status}{extra}")
+                           f"{describe(trial.route)}: {trial.status}{extra}{took}, "
+                           f"eta {clock_text(self.clock.remaining())}", markup=False, highlight=False)
         if self.verbose and trial.losses:
             self.console.print(f"      losses {loss_text(trial.losses)}; build {trial.build_s or 0:.3f} s")
 
@@ -151,7 +157,7 @@ class RichReporter(PlainReporter):
     def __init__(self, console: Console, verbose: bool = False, quiet: bool = False) -> None:
         super().__init__(console, verbose, quiet)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 TimeElapsedColumn(), EtaColumn(self.clock),
                                  console=console, transient=True)
         self.task: Any = None
 
