@@ -1,18 +1,33 @@
-"""status(): the lockfile against the cache against the engines on disk."""
+"""status(): the lockfile against the cache against the engines on disk (and against the manifest's
+current job keys, so that a stale lock is not reported as ok). Reads only; builds nothing."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.canonical import file_sha256
+from trt_routes.jobs import Job
+from trt_routes.plan import stale_reasons, tolerance_change
 from trt_routes.project import Project
+
+
+def _stale(job: Job, entry: dict[str, Any]) -> list[str]:
+    """Why the lock entry no longer describes this job (empty when it still does)."""
+    reasons: list[str] = []
+    if entry.get("group_key") != job.group_key:
+        reasons += stale_reasons(job, entry.get("keys") or {}, (entry.get("signature") or {}).get("fields")) \
+            or ["job keys changed"]
+    if entry.get("tolerance_key") and entry.get("tolerance_key") != job.tolerance_key:
+        reasons.append(tolerance_change(job.tolerance_name, entry.get("tolerance"), job.tolerance))
+    return reasons
 
 
 @dataclass(frozen=True)
 class JobStatus:
     job: str
-    state: str  # ok | no-lock | missing-engine | digest-mismatch | not-in-cache | blocked | orphan-lock
+    state: str  # ok | no-lock | missing-engine | digest-mismatch | stale | not-in-cache | blocked | orphan-lock
     detail: str
     route: str | None = None
 
@@ -23,7 +38,9 @@ class JobStatus:
 def status(project: Project) -> list[JobStatus]:
     lock = project.read_lock()
     rows: list[JobStatus] = []
-    with project.open_cache() as cache:
+    with contextlib.ExitStack() as stack:
+        # no cache yet (a fresh clone with a lockfile): report it, do not create one
+        cache = stack.enter_context(project.open_cache()) if project.cache_path.exists() else None
         for job in project.jobs:
             entry = lock.jobs.get(job.name)
             if job.blocked:
@@ -36,13 +53,19 @@ def status(project: Project) -> list[JobStatus]:
             engine = entry.get("engine") or {}
             path = project.root / engine.get("path", "")
             if not path.is_file():
-                rows.append(JobStatus(job.name, "missing-engine", f"engine missing at {engine.get('path')}", route))
+                rows.append(JobStatus(job.name, "missing-engine", f"engine missing at {engine.get('path')}: "
+                                      "`trt-routes apply` materializes it again", route))
             elif file_sha256(path) != engine.get("sha256"):
                 rows.append(JobStatus(job.name, "digest-mismatch",
-                                      f"{engine.get('path')} does not match the locked sha256", route))
-            elif cache.get(entry.get("trial", "")) is None:
+                                      f"{engine.get('path')} does not match the locked sha256 "
+                                      f"{str(engine.get('sha256'))[:12]}: `trt-routes apply` restores it", route))
+            elif why := _stale(job, entry):
+                rows.append(JobStatus(job.name, "stale", "; ".join(why) + ": run `trt-routes apply`", route))
+            elif cache is None or cache.get(entry.get("trial", "")) is None:
                 rows.append(JobStatus(job.name, "not-in-cache",
-                                      "the locked trial is not in this cache (engine ok; evidence elsewhere)",
+                                      "the locked trial is not in this cache (engine ok; evidence elsewhere: "
+                                      "`trt-routes cache pull` or `cache import` brings it)" if cache is not None
+                                      else f"no trial cache at {project.rel(project.cache_path)} (engine ok)",
                                       route))
             else:
                 rows.append(JobStatus(job.name, "ok", "engine matches the lock", route))
