@@ -98,6 +98,9 @@ def stale_reasons(job: Job, old: dict[str, Any], old_signature: dict[str, str] |
                       ("protocol_key", "measurement protocol changed"),
                       ("reference_key", "reference data changed")):
         if old.get(key) and old[key] != getattr(job, key):
+            if key == "reference_key" and job.reference_shas is None and \
+                    any(r != "build settings changed" for r in reasons):
+                continue  # an automatic reference follows the model, shapes, seed and backend: said already
             reasons.append(text)
     return reasons
 
