@@ -145,8 +145,8 @@ def trial_json(trial: TrialRecord) -> dict[str, Any]:
     return {f: getattr(trial, f) for f in TRIAL_FIELDS}
 
 
-def _jsonl(rows: Iterable[Any]) -> bytes:
-    return b"".join(json.dumps(r, sort_keys=True, separators=(",", ":"), allow_nan=True).encode() + b"\n"
+def _jsonl(rows: Iterable[Any], sort_keys: bool = True) -> bytes:
+    return b"".join(json.dumps(r, sort_keys=sort_keys, separators=(",", ":"), allow_nan=True).encode() + b"\n"
                     for r in rows)
 
 
@@ -181,7 +181,8 @@ def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: 
                              "run `trt-routes cache verify` to evict it, then export again")
     ordered = sorted(trials, key=lambda t: t.id)
     tables = {
-        "trials.jsonl": (_jsonl(trial_json(t) for t in ordered), len(ordered)),
+        # key order as stored (not sorted): an imported row is byte for byte the exported one
+        "trials.jsonl": (_jsonl((trial_json(t) for t in ordered), sort_keys=False), len(ordered)),
         "signatures.jsonl": (_jsonl({"hash": h, "fields": signatures[h]} for h in sorted(signatures)),
                              len(signatures)),
         "references.jsonl": (_jsonl(sorted(references or [], key=lambda r: r["key"])), len(references or [])),

@@ -57,10 +57,14 @@ class MergeReport:
         return f"{self.source}: " + ", ".join(parts)
 
 
+def content(trial: TrialRecord) -> str:
+    """A trial's content as text, independent of the order of keys inside its JSON columns."""
+    return json.dumps(trial_json(trial), sort_keys=True, allow_nan=True)
+
+
 def row_rank(trial: TrialRecord) -> tuple[str, str, str]:
     """The order that decides between two rows of one id: earliest created_at, then host, then content."""
-    text = json.dumps(trial.to_row(), sort_keys=True, allow_nan=True)
-    return trial.created_at, trial.host, hashlib.sha256(text.encode()).hexdigest()
+    return trial.created_at, trial.host, hashlib.sha256(content(trial).encode()).hexdigest()
 
 
 def _chunks(items: list[str]) -> Iterator[list[str]]:
@@ -103,7 +107,7 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
                 report.added += 1
                 continue
             old = have[tid]
-            if old is not None and old.to_row() == t.to_row():
+            if old is not None and content(old) == content(t):
                 report.present += 1
             elif old is None or row_rank(t) < row_rank(old):
                 write.append(t)

@@ -136,6 +136,7 @@ def import_tuning_cache(project: Project, path: Path, job_name: str | None) -> l
     """Import a trtexec / Torch-TensorRT tuning cache as trials of manifest job ``job_name``."""
     from trt_routes.explain import find_job
 
+    files = read_any_tuning_cache(path)
     if not job_name:
         names = ", ".join(j.name for j in project.jobs[:6]) + (", ..." if len(project.jobs) > 6 else "")
         raise UsageError(f"{path} is a tuning cache: its rows need a manifest job to attach to",
@@ -144,7 +145,6 @@ def import_tuning_cache(project: Project, path: Path, job_name: str | None) -> l
     if job.backend != "tensorrt":
         raise UsageError(f"job {job.name} uses backend '{job.backend}'; a tuning cache holds TensorRT trials",
                          "attach it to a job whose backend is tensorrt")
-    files = read_any_tuning_cache(path)
     reports = []
     with exclusive(project, f"cache import {path}"), project.open_cache() as cache:
         for imported, file in files:
