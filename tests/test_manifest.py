@@ -413,10 +413,19 @@ def test_unknown_key_inside_a_dynamic_shape(tmp_path: Path) -> None:
 
 
 def test_missing_field_points_at_the_parent_and_names_it(tmp_path: Path) -> None:
-    err = fail(tmp_path, MINIMAL.replace("    path: net.onnx\n", ""))
+    err = fail(tmp_path, MINIMAL.replace("    shapes:\n      bs1: {x: [1, 4]}\n", ""))
     assert_at(err, 11, 3)
-    assert err.message == "missing required key 'path' in models.net"
-    assert err.hint is not None and "path" in err.hint
+    assert err.message == "missing required key 'shapes' in models.net"
+    assert err.hint is not None and "shapes" in err.hint
+
+
+def test_model_needs_exactly_one_of_path_and_entry(tmp_path: Path) -> None:
+    err = fail(tmp_path, MINIMAL.replace("    path: net.onnx\n", ""))
+    assert err.line == 12 and "give exactly one of 'path' (a model file) and 'entry'" in err.message
+    err = fail(tmp_path, MINIMAL.replace("    path: net.onnx\n", "    path: net.onnx\n    entry: models:net\n"))
+    assert "exactly one of 'path'" in err.message
+    err = fail(tmp_path, MINIMAL.replace("    path: net.onnx\n", "    entry: not an entry\n"))
+    assert err.line == 12 and "models.net.entry" in err.message
 
 
 def test_missing_models(tmp_path: Path) -> None:

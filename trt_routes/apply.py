@@ -258,7 +258,7 @@ class Applier:
     def lock_entry(self, job: Job, sel: Selection, winner: TrialRecord, cands: list[str],
                    outcome: JobOutcome) -> dict[str, Any]:
         backend = registry.get(job.backend)
-        dest = self.project.engine_path(job, backend.engine_suffix)
+        dest = self.project.engine_path(job, backend.engine_suffix_for(job.settings))
         self.store.materialize(winner.engine_sha256, dest)
         previous = self.lock.jobs.get(job.name, {})
         entry_counts = {"candidates": len(cands), "built": outcome.built, "reused": outcome.reused,
@@ -269,7 +269,8 @@ class Applier:
         assert job.signature is not None
         return {
             "backend": job.backend,
-            "model": {"path": self.project.rel(job.model_path), "digest": job.model_digest},
+            "model": ({"entry": job.entry} if job.entry else {"path": self.project.rel(job.model_path)})
+            | {"digest": job.model_digest},
             "profile": job.profile,
             "target": job.target,
             "settings": job.settings,

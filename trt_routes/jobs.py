@@ -12,7 +12,7 @@ from typing import Any
 
 from trt_routes import PROTOCOL_VERSION, canonical
 from trt_routes.backends import registry
-from trt_routes.backends.base import Backend, BuildSpec
+from trt_routes.backends.base import Backend, BuildSpec, SettingError
 from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, RouteError, TrtRoutesError, UsageError
 from trt_routes.manifest.load import LoadedManifest
@@ -63,6 +63,7 @@ class Job:
     blocked: str | None = None
     block_kind: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    entry: str = ""  # module:factory for entry-point models (model_path is then the folder it imports from)
 
     @cached_property
     def shape_key(self) -> str:
@@ -106,7 +107,8 @@ class Job:
 
     def build_spec(self, route: dict[str, str], work_dir: str = "") -> BuildSpec:
         return BuildSpec(model_path=str(self.model_path), route=route, profile=self.profile,
-                         settings=dict(self.settings), target=self.target_data, work_dir=work_dir)
+                         settings=dict(self.settings), target=self.target_data, work_dir=work_dir,
+                         entry=self.entry, inputs=self.inputs)
 
     @property
     def l0_params(self) -> tuple[tuple[float, float], ...]:
@@ -137,6 +139,7 @@ class Resolver:
         self._digests: dict[Path, str] = {}
         self._backends: dict[str, Backend | BackendUnavailable | UsageError] = {}
         self._expressions: dict[tuple[str, str], Expression] = {}
+        self._entry_digests: dict[tuple[str, str, str], tuple[str | None, str]] = {}
 
     def backend(self, name: str) -> Backend | TrtRoutesError:
         if name not in self._backends:
@@ -155,6 +158,38 @@ class Resolver:
                 return None
             self._digests[path] = canonical.file_sha256(path)
         return self._digests[path]
+
+    def entry_digest(self, backend: Backend, spec: BuildSpec) -> tuple[str | None, str]:
+        """(digest, "") of an entry-point model at one shape profile, or (None, why it cannot be loaded)."""
+        key = (spec.entry, spec.model_path, canonical.digest(spec.profile, 16))
+        if key not in self._entry_digests:
+            try:
+                self._entry_digests[key] = (backend.model_digest(spec), "")
+            except SettingError as exc:
+                self._entry_digests[key] = (None, str(exc))
+        return self._entry_digests[key]
+
+    def check_job(self, backend: Backend, mname: str, spec: BuildSpec, expression: Expression | None,
+                  group: str) -> None:
+        """The backend's validate-time check of one job, as a ManifestError pointing at the culprit."""
+        options = [t.option for t in expression.tokens] if expression is not None else []
+        try:
+            backend.check_job(spec, options)
+        except SettingError as exc:
+            model = self.loaded.manifest.models[mname]
+            if exc.setting is None:
+                where: tuple[str, ...] = ("models", mname, "entry" if model.entry else "path")
+            elif exc.setting in (model.settings or {}):
+                where = ("models", mname, "settings", exc.setting)
+            elif exc.setting in self.loaded.manifest.defaults.settings:
+                where = ("defaults", "settings", exc.setting)
+            else:
+                where = ("models", mname)
+            raise self.loaded.error(where, f"model '{mname}': {exc.message}", exc.hint) from exc
+        except RouteError as exc:
+            option = next((o for o in sorted(options, key=len, reverse=True) if o in exc.message), "")
+            raise self.loaded.error_in(("switch_groups", group), option, f"model '{mname}': {exc.message}",
+                                       exc.hint) from exc
 
     def expression(self, group: str, catalog: Catalog, model: str) -> Expression:
         key = (group, catalog.backend)
@@ -177,8 +212,14 @@ class Resolver:
             if isinstance(backend, UsageError):
                 raise self.loaded.error(("models", mname, "backend") if model.backend else
                                         ("defaults", "backend"), backend.message, backend.hint)
-            path = self.loaded.resolve(model.path)
-            digest = self.digest(path)
+            source = "entry" if model.entry is not None else "path"
+            if isinstance(backend, Backend) and source not in backend.model_sources:
+                raise self.loaded.error(
+                    ("models", mname, source), f"backend '{eff.backend}' does not take a model {source}",
+                    "give the model as 'path: <file>'" if source == "entry" else
+                    "give the model as 'entry: package.module:factory'")
+            path = self.loaded.path.parent if model.entry is not None else self.loaded.resolve(model.path or "")
+            digest = self.digest(path) if model.entry is None else None
             ref_shas: tuple[str, str] | None = None
             ref_missing = None
             if isinstance(model.reference, ReferenceFiles):
@@ -202,6 +243,11 @@ class Resolver:
                            "shape": dims["opt"]}
                     for name, dims in profile.items()
                 }
+                entry_error = ""
+                if model.entry is not None and isinstance(backend, Backend):
+                    digest, entry_error = self.entry_digest(backend, BuildSpec(
+                        model_path=str(path), route={}, profile=profile, settings=dict(eff.settings),
+                        entry=model.entry, inputs=inputs))
                 for tname in eff.targets or []:
                     target = m.targets[tname]
                     blocked, kind = None, None
@@ -214,11 +260,16 @@ class Resolver:
                     elif hardware is None:
                         blocked, kind = self.env.describe_missing(target), "absent"
                     elif digest is None:
-                        blocked, kind = f"model file not found: {path}", "invalid"
+                        blocked, kind = entry_error or f"model file not found: {path}", "invalid"
                     elif ref_missing:
                         blocked, kind = ref_missing, "invalid"
                     if isinstance(backend, Backend) and hardware is not None and catalog is not None:
                         signature = job_signature(hardware, backend.software(), catalog.digest)
+                    if isinstance(backend, Backend):
+                        self.check_job(backend, mname, BuildSpec(
+                            model_path=str(path), route={}, profile=profile, settings=dict(eff.settings),
+                            target={"name": tname, **target.model_dump(), "device": hardware or {}},
+                            entry=model.entry or "", inputs=inputs), expression, eff.switch_group or "")
                     jobs.append(Job(
                         name=job_name(mname, sname, tname), model=mname, shape=sname, target=tname,
                         backend=eff.backend, model_path=path, model_digest=digest or "",
@@ -230,7 +281,7 @@ class Resolver:
                         target_data={"name": tname, **target.model_dump(), "device": hardware or {}},
                         signature=signature, catalog=catalog,
                         reference_version=backend.reference_version() if isinstance(backend, Backend) else "",
-                        blocked=blocked, block_kind=kind,
+                        blocked=blocked, block_kind=kind, entry=model.entry or "",
                     ))
         return jobs
 

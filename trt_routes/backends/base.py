@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from trt_routes.catalog import Catalog
+from trt_routes.errors import TrtRoutesError
 
 Feeds = dict[str, np.ndarray]
 
@@ -30,6 +31,11 @@ class BuildSpec:
     settings: dict[str, Any] = field(default_factory=dict)  # backend build settings from the manifest
     target: dict[str, Any] = field(default_factory=dict)  # the Target as data, plus the matched device
     work_dir: str = ""  # scratch folder for this trial
+    #: "module:factory" for a model given as a Python entry point (``model_path`` is then the folder the
+    #: module is imported from); "" for a model file.
+    entry: str = ""
+    #: Input generation specs by name: {"dtype", "low", "high", "shape"} (the manifest's ``inputs``).
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def opt_shapes(self) -> dict[str, list[int]]:
@@ -108,3 +114,31 @@ class Backend(ABC):
     def reference_version(self) -> str:
         """Identifies how ``reference`` computes outputs (enters the reference cache key)."""
         return f"{self.name}:{self.software().get('backend_version', '')}"
+
+    # -- optional hooks (defaults suit backends that build model files) -------------------------
+    #: Where models may come from: "path" (a model file) and/or "entry" (a Python ``module:factory``).
+    model_sources: ClassVar[frozenset[str]] = frozenset({"path"})
+
+    def engine_suffix_for(self, settings: Mapping[str, Any]) -> str:
+        """The suffix of engines built with ``settings`` (for backends whose artifact depends on one)."""
+        return self.engine_suffix
+
+    def check_job(self, spec: BuildSpec, options: Sequence[str]) -> None:
+        """Validate-time check of one job (no build): its settings, target and the knobs its switch group
+        names (``options``). Raise SettingError or RouteError (naming the knob); default: accept all."""
+        return
+
+    def model_digest(self, spec: BuildSpec) -> str:
+        """Digest of an ``entry`` model for ``spec`` (code and weights); backends taking entries override it.
+
+        Raise SettingError (setting None) when the entry cannot be loaded."""
+        raise NotImplementedError(f"backend {self.name} does not take Python entry points")
+
+
+class SettingError(TrtRoutesError):
+    """A job's settings or model source do not fit the backend; ``setting`` names the offending setting
+    (None: the model itself), so the manifest error can point at it."""
+
+    def __init__(self, setting: str | None, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.setting = setting

@@ -13,6 +13,7 @@ from trt_routes.errors import BackendUnavailable, UsageError
 BUILTIN: dict[str, tuple[str, str]] = {
     "onnxruntime": ("trt_routes.backends.onnxruntime:OnnxRuntimeBackend", "pip install onnxruntime"),
     "tensorrt": ("trt_routes.backends.tensorrt:TensorRTBackend", "pip install 'trt-routes[tensorrt]'"),
+    "torch-inductor": ("trt_routes.backends.torch_inductor:TorchInductorBackend", "pip install 'trt-routes[torch]'"),
     "replay": ("trt_routes.backends.replay:ReplayBackend", "set TRT_ROUTES_LANDSCAPE to a landscape file"),
 }
 

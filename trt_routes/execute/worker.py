@@ -61,7 +61,7 @@ def run_trial(task: TrialTask) -> TaskResult:
     backend = registry.get(task.backend)
     work = _scratch(task.spec.work_dir)
     try:
-        engine_tmp = work / f"engine{backend.engine_suffix}"
+        engine_tmp = work / f"engine{backend.engine_suffix_for(task.spec.settings)}"
         t0 = time.perf_counter()
         try:
             log = backend.build(task.spec, engine_tmp)

@@ -16,6 +16,7 @@ SCHEMA_VERSION = 1
 Metric = Literal["l0", "l1", "l2", "lInf", "cos"]
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 Name = Annotated[str, Field(pattern=NAME)]
+ENTRY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class Strict(BaseModel):
@@ -178,12 +179,22 @@ class ModelDefaults(Strict):
 
 
 class Model(ModelDefaults):
-    """One model to tune: an ONNX file and its shape profiles."""
+    """One model to tune and its shape profiles. The model is a file (``path``: ONNX, or a torch.export
+    ``.pt2`` for torch-inductor) or a Python entry point (``entry: "package.module:factory"``, for
+    backends that take one); exactly one of the two."""
 
-    path: str
+    path: str | None = None
+    entry: str | None = Field(default=None, pattern=ENTRY, description="module:factory, the module imported "
+                              "with the manifest's folder first on sys.path")
     shapes: dict[Name, ShapeProfile] = Field(min_length=1)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     reference: Literal["auto"] | ReferenceFiles = "auto"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Model:
+        if (self.path is None) == (self.entry is None):
+            raise ValueError("give exactly one of 'path' (a model file) and 'entry' (module:factory)")
+        return self
 
     @field_validator("shapes")
     @classmethod

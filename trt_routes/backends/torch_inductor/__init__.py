@@ -1,0 +1,5 @@
+"""PyTorch Inductor backend (``pip install 'trt-routes[torch]'``): torch is imported lazily, inside it only."""
+
+from trt_routes.backends.torch_inductor.backend import ReferenceOverflow, TorchInductorBackend
+
+__all__ = ["ReferenceOverflow", "TorchInductorBackend"]

@@ -1,0 +1,350 @@
+"""The torch-inductor backend: PyTorch Inductor's config switches as knobs, in two modes.
+
+``aot``: torch.export + AOTInductor; the engine is the ``.pt2`` package, which is what is measured and
+what the lockfile points at. ``jit``: torch.compile with the route as its options; the engine is a JSON
+recipe (model, settings, every Inductor switch applied, torch version, generated-code digests) from
+which the same compiled module is recreated. torch is imported lazily, inside this package only."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from trt_routes import canonical
+from trt_routes.backends.base import Backend, BuildSpec, Feeds, SettingError
+from trt_routes.backends.torch_inductor import models
+from trt_routes.backends.torch_inductor.catalog import (
+    build_catalog,
+    catalog_digest,
+    check_applicable,
+    route_config,
+)
+from trt_routes.backends.torch_inductor.runner import TorchRunner, gpu_lock
+from trt_routes.backends.torch_inductor.settings import check_settings
+from trt_routes.catalog import Catalog
+from trt_routes.errors import TrtRoutesError
+
+MIN_TORCH = (2, 6)
+RECIPE_FORMAT = "trt-routes/torch-jit-recipe@1"
+#: Environment variables that change Inductor's behaviour beyond the catalog (cache folders excluded).
+_ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_")
+_ENV_IGNORED = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_COMPILE_THREADS")
+
+
+class ReferenceOverflow(TrtRoutesError):
+    """The model overflows in its own dtype even in eager mode: every route would fail, so the
+    reference is reported as broken instead of failing each trial."""
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split("+")[0].split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+def _env_fingerprint() -> str:
+    items = sorted((k, v) for k, v in os.environ.items()
+                   if k.startswith(_ENV_PREFIXES) and k not in _ENV_IGNORED)
+    return canonical.digest(items, 12) if items else "none"
+
+
+@contextlib.contextmanager
+def _precision(matmul_precision: str, allow_tf32: bool | None = None) -> Iterator[None]:
+    """torch.set_float32_matmul_precision (and optionally cuDNN TF32) for the duration."""
+    torch = _torch()
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    torch.set_float32_matmul_precision(matmul_precision)
+    if allow_tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = allow_tf32
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cudnn.allow_tf32 = saved[1]
+
+
+class TorchInductorBackend(Backend):
+    """PyTorch Inductor (torch.compile / AOTInductor) on CPUs and NVIDIA GPUs."""
+
+    name: ClassVar[str] = "torch-inductor"
+    engine_suffix: ClassVar[str] = ".pt2"
+    install_hint: ClassVar[str] = "pip install 'trt-routes[torch]'"
+    model_sources: ClassVar[frozenset[str]] = frozenset({"path", "entry"})
+
+    def __init__(self) -> None:
+        self._catalog: Catalog | None = None
+        self._software: dict[str, str] | None = None
+        self._jit: dict[str, tuple[Any, bool]] = {}  # recipe sha256 -> (compiled module, cudagraphs)
+
+    # -- coordinator side -------------------------------------------------------------------
+    def unavailable_reason(self) -> str | None:
+        try:
+            import torch._inductor.config
+        except Exception as exc:  # a broken install raises more than ImportError
+            return f"torch cannot be imported: {exc}"
+        if _version_tuple(torch.__version__) < MIN_TORCH:
+            return f"torch {torch.__version__} is older than {'.'.join(map(str, MIN_TORCH))} (no AOTInductor packages)"
+        return None
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            torch = _torch()
+            import torch._inductor.config as config
+
+            self._catalog = build_catalog(config, str(torch.__version__))
+        return self._catalog
+
+    def software(self) -> dict[str, str]:
+        if self._software is None:
+            torch = _torch()
+            try:
+                import triton
+
+                triton_version = str(triton.__version__)
+            except Exception:
+                triton_version = "none"
+            self._software = {
+                "backend": self.name,
+                "backend_version": str(torch.__version__),
+                "triton_version": triton_version,
+                "torch_cuda": str(torch.version.cuda or "none"),
+                "python": platform.python_version(),
+                "catalog_digest": catalog_digest(self.catalog()),
+                "inductor_env": _env_fingerprint(),
+            }
+        return dict(self._software)
+
+    def engine_suffix_for(self, settings: Mapping[str, Any]) -> str:
+        return ".pt2" if settings.get("mode") == "aot" else ".json"
+
+    def check_job(self, spec: BuildSpec, options: Sequence[str]) -> None:
+        settings = check_settings(spec.settings, str(spec.target.get("kind", "cpu")))
+        dynamic = sorted(n for n, dims in spec.profile.items() if dims["min"] != dims["max"])
+        if dynamic:
+            raise SettingError(None, f"torch-inductor tunes static shapes; the profile gives min/opt/max ranges "
+                               f"for {', '.join(dynamic)}", "give each shape profile one fixed shape per input "
+                               "(one profile per batch size)")
+        if not spec.entry and not spec.model_path.endswith(".pt2"):
+            raise SettingError(None, f"torch-inductor takes a torch.export program (.pt2) or an entry point, "
+                               f"not {Path(spec.model_path).name}", "use 'entry: package.module:factory' or a "
+                               "file written by torch.export.save")
+        check_applicable(options, settings["mode"], settings["device"])
+
+    def model_digest(self, spec: BuildSpec) -> str:
+        return models.entry_digest(spec)
+
+    # -- worker side: helpers ---------------------------------------------------------------
+    def _settings(self, spec: BuildSpec) -> dict[str, Any]:
+        return check_settings(spec.settings, str(spec.target.get("kind", "cpu")))
+
+    def _device(self, spec: BuildSpec, settings: Mapping[str, Any]) -> str:
+        if settings["device"] == "cpu":
+            return "cpu"
+        torch = _torch()
+        if not torch.cuda.is_available():
+            raise TrtRoutesError(f"this torch build ({torch.__version__}) cannot use CUDA",
+                                 "install a CUDA build of torch on GPU machines")
+        wanted = (spec.target.get("device") or {}).get("gpu_name")
+        for index in range(torch.cuda.device_count()):
+            if wanted is None or torch.cuda.get_device_name(index) == wanted:
+                return f"cuda:{index}"
+        return "cuda:0"
+
+    def _model(self, spec: BuildSpec, settings: Mapping[str, Any], device: str) -> tuple[Any, dict[str, Any]]:
+        loaded = models.load_model(spec)
+        models.check_inputs(loaded, sorted(spec.profile), spec.opt_shapes)
+        module = models.prepare_module(loaded.module, device, settings["dtype"])
+        return module, models.example_inputs(loaded, spec, settings["dtype"], device)
+
+    @staticmethod
+    def _sync(device: str) -> None:
+        if device.startswith("cuda"):
+            _torch().cuda.synchronize(device)
+
+    # -- worker side: build -----------------------------------------------------------------
+    def build(self, spec: BuildSpec, engine_path: Path) -> str:
+        settings = self._settings(spec)
+        device = self._device(spec, settings)
+        values = route_config(self.catalog(), spec.route, settings["mode"], settings["device"])
+        torch = _torch()
+        lines = [f"torch {torch.__version__}, mode {settings['mode']}, dtype {settings['dtype']}, device {device}",
+                 f"route: {' '.join(f'{k}={v}' for k, v in sorted(spec.route.items())) or '(default)'}"]
+        t0 = time.perf_counter()
+        with _precision(settings["matmul_precision"]):
+            module, example = self._model(spec, settings, device)
+            weights = models.state_digest(module)[:16]
+            lines.append(f"model ready in {time.perf_counter() - t0:.2f} s (weights {weights})")
+            if settings["mode"] == "aot":
+                lines += self._build_aot(module, example, values, Path(engine_path))
+            else:
+                lines += self._build_jit(spec, settings, module, example, values, Path(engine_path), device)
+        return "\n".join(lines) + "\n"
+
+    def _build_aot(self, module: Any, example: dict[str, Any], values: dict[str, Any], path: Path) -> list[str]:
+        import torch._inductor
+        import torch._inductor.config as config
+
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            program = torch.export.export(module, args=(), kwargs=example, strict=False)
+            exported_s = time.perf_counter() - t0
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with config.patch(values):
+                torch._inductor.aoti_compile_and_package(program, package_path=str(path),
+                                                         inductor_configs=dict(values))
+        if not path.is_file():
+            raise RuntimeError(f"AOTInductor wrote no package to {path}")
+        return [f"exported in {exported_s:.2f} s; AOTInductor package compiled in "
+                f"{time.perf_counter() - t0 - exported_s:.2f} s ({path.stat().st_size} bytes)",
+                f"inductor config: {json.dumps(values, sort_keys=True)}"]
+
+    def _compile_jit(self, module: Any, example: dict[str, Any], values: dict[str, Any], fullgraph: bool,
+                     device: str) -> tuple[Any, dict[str, Any]]:
+        """torch.compile ``module`` with ``values`` and run it until compiled (and CUDA graphs recorded)."""
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()  # fresh caches: no recompile limit, no graphs of earlier routes
+        counters.clear()
+        before = self._generated_modules()
+        compiled = torch.compile(module, backend="inductor", dynamic=False, fullgraph=fullgraph,
+                                 options=dict(values))
+        cudagraphs = bool(values.get("triton.cudagraphs"))
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(3 if cudagraphs else 1):  # cudagraph trees: warm-up run, record, first replay
+                if cudagraphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                compiled(**example)
+        self._sync(device)
+        stats = {"compile_s": round(time.perf_counter() - t0, 3),
+                 "graphs": int(counters["stats"].get("unique_graphs", 0)),
+                 "graph_breaks": int(sum(counters["graph_break"].values())),
+                 "generated": sorted(set(self._generated_modules()) - set(before))}
+        if stats["graphs"] == 0:
+            raise RuntimeError("torch.compile produced no graph: the model ran eagerly")
+        return compiled, stats
+
+    @staticmethod
+    def _generated_modules() -> list[str]:
+        """sha256 of every Python module Inductor has generated and loaded in this process."""
+        try:
+            from torch._inductor.codecache import PyCodeCache
+
+            files = {getattr(m, "__file__", "") for m in getattr(PyCodeCache, "modules", [])}
+            return sorted(hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files if f and Path(f).is_file())
+        except Exception:  # introspection only; the recipe stays valid without it
+            return []
+
+    def _build_jit(self, spec: BuildSpec, settings: Mapping[str, Any], module: Any, example: dict[str, Any],
+                   values: dict[str, Any], path: Path, device: str) -> list[str]:
+        compiled, stats = self._compile_jit(module, example, values, bool(settings["fullgraph"]), device)
+        torch = _torch()
+        recipe = {
+            "format": RECIPE_FORMAT,
+            "model": {"entry": spec.entry} if spec.entry else {"path": Path(spec.model_path).name},
+            "weights_sha256": models.state_digest(module),
+            "profile": spec.profile,
+            "settings": dict(settings),
+            "route": dict(sorted(spec.route.items())),
+            "inductor_config": values,
+            "compile": "torch.compile(model, backend='inductor', dynamic=False, "
+                       f"fullgraph={bool(settings['fullgraph'])}, options=inductor_config)",
+            "run": ("under torch.no_grad(); call torch.compiler.cudagraph_mark_step_begin() before each call"
+                    if values.get("triton.cudagraphs") else "under torch.no_grad()"),
+            "torch": str(torch.__version__),
+            "software": self.software(),
+            "graphs": stats["graphs"],
+            "graph_breaks": stats["graph_breaks"],
+            "generated_code_sha256": stats["generated"],
+        }
+        data = json.dumps(recipe, indent=2, sort_keys=True, default=str).encode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        self._jit = {hashlib.sha256(data).hexdigest(): (compiled, bool(values.get("triton.cudagraphs")))}
+        return [f"compiled in {stats['compile_s']:.2f} s: {stats['graphs']} graph(s), "
+                f"{stats['graph_breaks']} graph break(s), {len(stats['generated'])} generated module(s)",
+                f"inductor config: {json.dumps(values, sort_keys=True)}"]
+
+    # -- worker side: load, reference ----------------------------------------------------------
+    def load(self, engine_path: Path, spec: BuildSpec) -> TorchRunner:
+        settings = self._settings(spec)
+        device = self._device(spec, settings)
+        torch = _torch()
+        torch.set_float32_matmul_precision(settings["matmul_precision"])
+        if settings["mode"] == "aot":
+            return TorchRunner(self._load_package(Path(engine_path), device), device, settings["dtype"])
+        data = Path(engine_path).read_bytes()
+        key = hashlib.sha256(data).hexdigest()
+        if key not in self._jit:  # another process built it: recreate from the recipe
+            recipe = json.loads(data)
+            if recipe.get("format") != RECIPE_FORMAT:
+                raise TrtRoutesError(f"{engine_path} is not a torch-inductor jit recipe")
+            module, example = self._model(spec, settings, device)
+            compiled, _ = self._compile_jit(module, example, recipe["inductor_config"],
+                                            bool(settings["fullgraph"]), device)
+            self._jit = {key: (compiled, bool(recipe["inductor_config"].get("triton.cudagraphs")))}
+        compiled, cudagraphs = self._jit[key]
+        import torch._dynamo
+
+        return TorchRunner(compiled, device, settings["dtype"], step_marker=cudagraphs,
+                           guard=lambda: torch._dynamo.config.patch(error_on_recompile=True))
+
+    @staticmethod
+    def _load_package(path: Path, device: str) -> Any:
+        import torch._inductor
+
+        index = int(device.split(":")[1]) if device.startswith("cuda:") else -1
+        if path.suffix == ".pt2":
+            return torch._inductor.aoti_load_package(str(path), device_index=index)
+        with tempfile.TemporaryDirectory(prefix="trt-routes-aoti-") as tmp:  # blob store files have no suffix
+            link = Path(tmp) / "model.pt2"
+            os.symlink(path.resolve(), link)
+            return torch._inductor.aoti_load_package(str(link), device_index=index)
+
+    def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
+        """Eager float32 outputs (TF32 off) on the job's device. When the model runs in float16/bfloat16,
+        eager is run in that dtype too: if it overflows where float32 does not, ReferenceOverflow."""
+        torch = _torch()
+        settings = self._settings(spec)
+        device = self._device(spec, settings)
+        loaded = models.load_model(spec)
+        models.check_inputs(loaded, sorted(spec.profile), spec.opt_shapes)
+        module = models.prepare_module(loaded.module, device, "float32")
+        lock = gpu_lock(device) if device.startswith("cuda") else contextlib.nullcontext()
+        with lock, torch.no_grad(), _precision("highest", allow_tf32=False):
+            inputs = {n: models.cast_input(np.asarray(v), "float32", device) for n, v in feeds.items()}
+            reference = models.to_numpy(models.flatten_outputs(module(**inputs)))
+            if settings["dtype"] != "float32":
+                module = module.to(dtype=models.torch_dtype(settings["dtype"]))
+                inputs = {n: models.cast_input(np.asarray(v), settings["dtype"], device) for n, v in feeds.items()}
+                low = models.to_numpy(models.flatten_outputs(module(**inputs)))
+                for name, ref in reference.items():
+                    bad = int(np.count_nonzero(~np.isfinite(low[name]) & np.isfinite(ref)))
+                    if bad:
+                        raise ReferenceOverflow(
+                            f"the eager {settings['dtype']} reference itself overflows: output {name} has {bad} "
+                            f"non-finite value(s) where float32 has none, so every route would fail",
+                            "run this model in bfloat16 or float32, or scale the inputs (manifest 'inputs')")
+        return reference
+
+    def reference_version(self) -> str:
+        return f"torch:{_torch().__version__}:eager-float32-no-tf32"
