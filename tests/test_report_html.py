@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _project import make_project
+from _project import edit_manifest, make_project
 from _trials import BASIC, JOB, NCHWC, THREADS1, THREADS2, put, record
 from typer.testing import CliRunner
 
@@ -116,3 +116,14 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, tiny_models: dict[s
     # the page's own script ran after layout and found every plot drawn: 1 summary + 2 per job
     assert attrs["data-plots"] == "5" and attrs["data-plots-drawn"] == "5" and attrs["data-rendered"] == "ok"
     assert int(attrs["data-marks"]) >= points + 2 + 2
+
+
+def test_jobs_that_cannot_run_here_are_listed_with_the_reason(project: Project) -> None:
+    edit_manifest(project.loaded.path, lambda d: d.update(targets={"cpu": {"kind": "cpu"},
+                                                                   "h200": {"kind": "gpu", "name": "*H200*"}},
+                                                          defaults={**d["defaults"], "targets": ["cpu", "h200"]}))
+    html = build_report(open_project(project.loaded.path))
+    blocked = section(html, "cnn/bs1/h200")
+    assert 'class="badge none">blocked<' in blocked and "CPU targets only" in blocked
+    assert "blocked here" in html[html.index('class="overview"'):]
+    assert re.findall(r'<g class="point winner[^"]*" data-route="([^"]+)"', section(html, JOB)) == [THREADS1]

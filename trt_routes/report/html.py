@@ -143,7 +143,7 @@ def job_report(project: Project, job: Job, ex: Explanation, lookup: LossLookup) 
     rep.effects = effects(trials, {v.route for v in sel.verdicts if v.eligible})
     mg = ex.margin
     if lock is None:
-        rep.state, rep.note = "unlocked", "not locked yet: run `trt-routes apply`"
+        rep.state, rep.note = "unlocked", f"{sel.summary}; not locked yet: run `trt-routes apply`"
     elif sel.winner == DEFAULT_ROUTE:
         rep.state = "default"
     speed = (lock.get("timing") or {}).get("speedup") if lock else None

@@ -30,7 +30,8 @@ tr.winner td { background:#ecfdf3; }
 tr.failed td { color:#7b8794; }
 tr.hl td { background:#fff7d6 !important; }
 .mark { color:var(--win); font-size:11px; text-transform:uppercase; margin-left:6px; }
-.badge { font-size:12px; font-weight:600; padding:1px 8px; border-radius:10px; background:#e4e7eb; color:var(--def); }
+.badge { white-space:nowrap; font-size:12px; font-weight:600; padding:1px 8px; border-radius:10px;
+  background:#e4e7eb; color:var(--def); }
 .badge.tuned { background:#dcfce7; color:#166534; }
 .badge.none { background:#fde8e8; color:#9b1c1c; }
 ul.decision { margin:6px 0 10px; padding-left:18px; }

@@ -54,7 +54,7 @@ class Bar:
     anchor: str = ""
 
 
-def speedup_bars(bars: Sequence[Bar], label_w: int = 230, text_w: int = 250, width: int = 1000) -> str:
+def speedup_bars(bars: Sequence[Bar], label_w: int = 230, text_w: int = 320, width: int = 1000) -> str:
     """One row per job: name | bar with its interval whisker | speedup and route."""
     row, top = 26, 24
     n = len(bars)
@@ -92,7 +92,7 @@ def speedup_bars(bars: Sequence[Bar], label_w: int = 230, text_w: int = 250, wid
             body.append(_line(sx(b.high), cy - 4, sx(b.high), cy + 4, "whisker"))
         body.append(_text(label_w + plot_w + 10, ty, f"{b.value:.2f}x", "value strong"))
         if b.note:
-            body.append(_text(label_w + plot_w + 52, ty, _clip(b.note, 34), "value"))
+            body.append(_text(label_w + plot_w + 52, ty, _clip(b.note, 46), "value"))
     return _svg(width, height, body, "summary", "speedup of every job over its default route")
 
 
@@ -121,19 +121,21 @@ def scatter(points: Sequence[Point], width: int = 520, height: int = 320) -> str
     hi_dec = max(1, math.ceil(math.log10(max([*finite, 1.0]))))
     lo_dec = max(lo_dec, hi_dec - 14)  # keep decades readable; anything smaller sits at the left edge
 
+    x0, x1 = lo_dec - 0.3, hi_dec + 0.15  # a little room so that edge points clear the frame
+
     def sx(loss: float) -> float:
         if loss <= 0 or not math.isfinite(loss):
-            return ml if loss <= 0 else ml + pw
+            return ml + pw * ((lo_dec - x0) if loss <= 0 else (hi_dec - x0)) / (x1 - x0)
         d = min(max(math.log10(loss), lo_dec), hi_dec)
-        return ml + pw * (d - lo_dec) / (hi_dec - lo_dec)
+        return ml + pw * (d - x0) / (x1 - x0)
 
     ys = [v for p in points for v in (p.median, p.low, p.high) if v is not None and v > 0]
     ymax, ymin = max(ys, default=1.0), min(ys, default=1.0)
     log_y = ymax / ymin > 4
     if log_y:
-        y0, y1 = math.log10(ymin / 1.15), math.log10(ymax * 1.15)
+        y0, y1 = math.log10(ymin / 1.3), math.log10(ymax * 1.15)
     else:
-        y0, y1 = 0.0, ymax * 1.08
+        y0, y1 = 0.0, ymax * 1.1
 
     def sy(v: float) -> float:
         t = (math.log10(v) - y0) / (y1 - y0) if log_y else (v - y0) / (y1 - y0)
