@@ -54,13 +54,13 @@ def test_gpu_workers_are_pinned_one_device_each_and_run_concurrently(monkeypatch
         ("gpu0", {"CUDA_VISIBLE_DEVICES": "3"}), ("gpu1", {"CUDA_VISIBLE_DEVICES": "5"}), ("cpu0", {})]
     device = {"device": "gpu", **GPU}
     with PoolExecutor(slots) as pool:
-        assert pool.free_slots(device) == 2
+        assert pool.free_slots({"device": device}) == 2
         for i in range(2):
             pool.submit(EnvProbe(spec_for(device), sleep_s=1.0, label=f"t{i}"), 60)
-        assert pool.free_slots(device) == 0
-        assert pool.free_slots({"device": "cpu", **detect().cpu}) == 1  # the CPU slot is still free
+        assert pool.free_slots({"device": device}) == 0
+        assert pool.free_slots({"device": {"device": "cpu", **detect().cpu}}) == 1  # the CPU slot is still free
         metas = drain(pool, 2)
-        assert pool.free_slots(device) == 2
+        assert pool.free_slots({"device": device}) == 2
     assert sorted(m["env"]["CUDA_VISIBLE_DEVICES"] for m in metas) == ["3", "5"]
     assert sorted(m["worker"] for m in metas) == ["gpu0", "gpu1"]
     first, second = sorted(metas, key=lambda m: m["start"])
@@ -73,9 +73,9 @@ def test_workers_caps_gpus_per_kind_and_tasks_land_only_on_matching_devices() ->
     assert [s.name for s in local_slots(env, workers=1)] == ["gpu0", "gpu1", "cpu0"]
     l4 = {"device": "gpu", **OTHER_GPU}
     with PoolExecutor(local_slots(env)) as pool:
-        assert pool.free_slots(l4) == 1
+        assert pool.free_slots({"device": l4}) == 1
         for i in range(3):  # three tasks for the one L4: they queue behind each other on gpu1
-            if pool.free_slots(l4) == 0:
+            if pool.free_slots({"device": l4}) == 0:
                 drain(pool, 1)
             pool.submit(EnvProbe(spec_for(l4), label=f"t{i}"), 60)
         metas = drain(pool, 1)

@@ -186,7 +186,6 @@ class Applier:
         so an adaptive search sees every finished trial before proposing more; whatever it proposes
         is dispatched as far as free workers allow (one worker: one at a time, in the search's order).
         The default route always runs; ``budget`` caps the others (trials in flight count)."""
-        device = job.target_data.get("device") or None
         in_flight: dict[int, str] = {}
         built = 0
         stopped = False
@@ -199,7 +198,7 @@ class Applier:
                 batch = [r for r in batch if r not in running and r not in trials]
                 # one slot is always tried when nothing runs, so an executor without a matching
                 # worker says so instead of the search ending silently
-                room = max(self.executor.free_slots(device), 0 if in_flight else 1)
+                room = max(self.executor.free_slots(job.target_data), 0 if in_flight else 1)
                 for route in batch[:room]:
                     if budget is not None and built + len(in_flight) >= budget and route != DEFAULT_ROUTE:
                         stopped = True  # budget spent: let what runs finish, propose nothing more

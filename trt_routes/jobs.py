@@ -278,7 +278,8 @@ class Resolver:
                         switch_group=eff.switch_group or "", expression=expression,
                         strategy_name=strategy_name, strategy=strategy, tolerance_name=tol_name,
                         tolerance=m.tolerances[tol_name], measurement=m.measurement,
-                        target_data={"name": tname, **target.model_dump(), "device": hardware or {}},
+                        target_data={"name": tname, **target.model_dump(), "device": hardware or {},
+                                     "target": tname},  # "name" is the GPU pattern once dumped
                         signature=signature, catalog=catalog,
                         reference_version=backend.reference_version() if isinstance(backend, Backend) else "",
                         blocked=blocked, block_kind=kind, entry=model.entry or "",

@@ -46,7 +46,7 @@ class Environment:
     def match(self, target: Target) -> dict[str, str] | None:
         """Hardware fields of the first device matching ``target``, or None when absent."""
         if target.kind == "cpu":
-            return {"device": "cpu", **self.cpu}
+            return {"device": "cpu", **self.cpu} if self.cpu else None
         for gpu in self.gpus:
             if target.name and not fnmatch.fnmatch(gpu.get("gpu_name", ""), target.name):
                 continue
@@ -69,6 +69,8 @@ class Environment:
                            gpus=self.gpus)
 
     def describe_missing(self, target: Target) -> str:
+        if target.kind == "cpu":
+            return "no machine serves CPU targets here (a Ray cluster without the target's resource?)"
         want = " and ".join(
             p for p in (f"name '{target.name}'" if target.name else "",
                         f"compute capability {target.compute_capability}"

@@ -1,8 +1,9 @@
 """What apply needs from an executor: run one task now, or keep several in flight and take results
 back in whatever order they finish. The coordinator alone writes the cache; executors only return.
 
-A task may name the hardware it must run on through ``task.spec.target["device"]`` (the matched
-device's signature fields); executors run it only on a slot whose device has exactly those fields."""
+A task names its target through ``task.spec.target`` (the manifest's target as data: ``target``,
+``kind``, and ``device``, the matched device's signature fields); executors run it only on hardware
+whose device has exactly those fields (local slots) or that offers the target's resource (Ray)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,19 @@ from typing import Any, Protocol, runtime_checkable
 
 from trt_routes.execute.tasks import TaskResult
 
-Device = Mapping[str, str]
+Target = Mapping[str, Any]
 
 
-def task_device(task: Any) -> dict[str, str] | None:
-    """The device fields a task must run on (from its BuildSpec's target), or None for anywhere."""
+def task_target(task: Any) -> dict[str, Any]:
+    """The target a task must run on (its BuildSpec's ``target``), ``{}`` for anywhere."""
     spec = getattr(task, "spec", None)
     target = getattr(spec, "target", None) or {}
-    device = target.get("device") if isinstance(target, Mapping) else None
+    return dict(target) if isinstance(target, Mapping) else {}
+
+
+def target_device(target: Target | None) -> dict[str, str] | None:
+    """The device fields in a target (None: any device)."""
+    device = (target or {}).get("device")
     return dict(device) if device else None
 
 
@@ -31,8 +37,8 @@ class Executor(Protocol):
         """Run one task and return its result (used for references and side-by-side re-measurements)."""
         ...
 
-    def free_slots(self, device: Device | None) -> int:
-        """How many more tasks for ``device`` can start right now (0 when every matching slot is busy)."""
+    def free_slots(self, target: Target | None) -> int:
+        """How many more tasks for ``target`` can start right now (0 when every matching slot is busy)."""
         ...
 
     def submit(self, task: Any, timeout: float) -> int:
@@ -60,7 +66,7 @@ class SerialDispatch:
     def run(self, task: Any, timeout: float) -> TaskResult:  # pragma: no cover - provided by subclasses
         raise NotImplementedError
 
-    def free_slots(self, device: Device | None) -> int:
+    def free_slots(self, target: Target | None) -> int:
         return 0 if self._queue else 1
 
     def submit(self, task: Any, timeout: float) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_routes.errors import UsageError
-from trt_routes.execute.base import Device, task_device
+from trt_routes.execute.base import Target, target_device, task_target
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.tasks import TaskResult
 from trt_routes.signature import Environment
@@ -36,7 +36,7 @@ class Slot:
     env: dict[str, str] = field(default_factory=dict)
     cpus: frozenset[int] | None = None
 
-    def serves(self, device: Device | None) -> bool:
+    def serves(self, device: Mapping[str, str] | None) -> bool:
         return device is None or dict(device) == self.device
 
 
@@ -122,15 +122,15 @@ class PoolExecutor:
             self._runners[slot.name] = _SlotRunner(slot, self._results)
         return self._runners[slot.name]
 
-    def _idle(self, device: Device | None) -> list[Slot]:
+    def _idle(self, device: Mapping[str, str] | None) -> list[Slot]:
         return [s for s in self.slots if s.serves(device)
                 and not (s.name in self._runners and self._runners[s.name].busy)]
 
-    def free_slots(self, device: Device | None) -> int:
-        return len(self._idle(device))
+    def free_slots(self, target: Target | None) -> int:
+        return len(self._idle(target_device(target)))
 
     def submit(self, task: Any, timeout: float) -> int:
-        device = task_device(task)
+        device = target_device(task_target(task))
         idle = self._idle(device)
         if not idle:
             if not any(s.serves(device) for s in self.slots):
@@ -160,7 +160,7 @@ class PoolExecutor:
 
     def run(self, task: Any, timeout: float) -> TaskResult:
         """Run one task to completion; results of other tasks that finish meanwhile are kept for ``wait``."""
-        device = task_device(task)
+        device = target_device(task_target(task))
         while not self._idle(device) and any(s.serves(device) for s in self.slots):
             ticket, result = self._take()
             self._done[ticket] = result

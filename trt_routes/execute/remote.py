@@ -1,0 +1,203 @@
+"""Running tasks on a machine that shares no disk with the coordinator (a Ray node).
+
+The coordinator ships a task with the bytes it reads (the model file, the input and reference
+arrays) instead of paths; the node stages them into a node-local blob cache and a scratch store per
+task, runs the unchanged task (``run_trial``/``run_reference``) in an isolated worker process with
+its time limit, and returns the result with the bytes of every blob the task produced (engine,
+outputs), which the coordinator puts in its own BlobStore. Nothing here imports Ray."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trt_routes.artifacts import BlobStore
+from trt_routes.errors import UsageError
+from trt_routes.execute.local import LocalExecutor
+from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.execute.worker import run_reference, run_trial
+
+#: Blob fields of tasks: inputs read from the store (shipped) and results written to it (returned).
+RESULT_BLOBS = ("engine_sha256", "outputs_sha256", "inputs_sha256")
+#: Hardware fields that must agree between a job's signature and the machine a trial lands on.
+CPU_IDENTITY = ("cpu_model", "arch", "os")
+
+
+def input_shas(task: Any) -> list[str]:
+    """Every blob a task reads from its store: its non-empty ``*_sha`` fields."""
+    return [v for f in dataclasses.fields(task) if f.name.endswith("_sha")
+            and isinstance(v := getattr(task, f.name), str) and v]
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """A task as it travels: paths replaced by the digests of the bytes that travel beside it."""
+
+    task: Any
+    model_name: str  # the model's file name (kept: backends may look at its suffix)
+    model_sha: str
+    blob_shas: tuple[str, ...]  # shas of the blobs passed beside the shipment, model first
+
+
+def ship(task: Any) -> tuple[Shipment, list[tuple[str, Path]]]:
+    """The shipment for ``task`` and the (sha, coordinator path) of each blob it needs, model first."""
+    store = BlobStore(Path(task.store_root))
+    model = Path(task.spec.model_path)
+    if not model.is_file():
+        raise UsageError(f"the ray executor ships model files to its nodes; {model} is not a file "
+                         "(an entry-point model?)", "run this job with the local executor (--executor local)")
+    model_sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    blobs = [(model_sha, model), *((sha, store.path(sha)) for sha in input_shas(task))]
+    return Shipment(task, model.name, model_sha, tuple(sha for sha, _ in blobs)), blobs
+
+
+def node_root() -> Path:
+    """This node's staging folder (per user), shared by every worker of the node."""
+    root = Path(os.environ.get("TRT_ROUTES_NODE_DIR") or Path(tempfile.gettempdir()) / f"trt-routes-node-{os.getuid()}")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _link(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        return
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def stage(shipment: Shipment, blobs: list[bytes], root: Path) -> tuple[Any, Path]:
+    """Write the shipped bytes into the node cache; return the task rewritten to local paths and its
+    scratch store (delete it when done)."""
+    cache = BlobStore(root / "blobs")
+    for sha, data in zip(shipment.blob_shas, blobs, strict=True):
+        if not cache.has(sha):
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise ValueError(f"blob {sha[:12]} arrived corrupted")
+            cache.put_bytes(data)
+    model = root / "models" / shipment.model_sha / shipment.model_name
+    _link(cache.path(shipment.model_sha), model)
+    (root / "tasks").mkdir(exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="task-", dir=root / "tasks"))
+    store = BlobStore(scratch)
+    for sha in shipment.blob_shas[1:]:
+        _link(cache.path(sha), store.path(sha))
+    task = shipment.task
+    local = dataclasses.replace(task, store_root=str(scratch),
+                                spec=dataclasses.replace(task.spec, model_path=str(model), work_dir=""))
+    return local, scratch
+
+
+def collect(result: TaskResult, scratch: Path) -> dict[str, bytes]:
+    """The bytes of every blob ``result`` names that the task wrote into its scratch store."""
+    store = BlobStore(scratch)
+    out: dict[str, bytes] = {}
+    for name in RESULT_BLOBS:
+        sha = getattr(result, name)
+        if sha and store.has(sha):
+            out[sha] = store.path(sha).read_bytes()
+    return out
+
+
+def receive(result: TaskResult, blobs: dict[str, bytes], store: BlobStore) -> TaskResult:
+    """Put returned blobs into the coordinator's store (verified by digest)."""
+    for sha, data in blobs.items():
+        if hashlib.sha256(data).hexdigest() != sha:
+            return TaskResult(status="crashed", error=f"blob {sha[:12]} came back corrupted", meta=result.meta)
+        store.put_bytes(data)
+    return result
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A trial or reference task that first checks it landed on the hardware its job was keyed for."""
+
+    inner: TrialTask | ReferenceTask
+    expect: dict[str, str]
+
+    @property
+    def spec(self) -> Any:
+        return self.inner.spec
+
+    def execute(self) -> TaskResult:
+        why = hardware_mismatch(self.expect)
+        if why:
+            return TaskResult(status="crashed", error=why, meta={"mismatch": True})
+        if isinstance(self.inner, TrialTask):
+            return run_trial(self.inner)
+        return run_reference(self.inner)
+
+
+def hardware_mismatch(expect: dict[str, str]) -> str | None:
+    """Why this machine is not the one ``expect`` (a job's device fields) describes, or None."""
+    from trt_routes.signature import cpu_fields, gpu_fields
+
+    if expect.get("device") == "gpu":
+        gpus = gpu_fields()
+        have = gpus[0] if gpus else {}
+        keys = [k for k in expect if k != "device"]
+    else:
+        have = cpu_fields()
+        keys = [k for k in CPU_IDENTITY if k in expect]
+    diff = [f"{k} {have.get(k, '(none)')} (wanted {expect[k]})" for k in keys if have.get(k) != expect[k]]
+    if not diff:
+        return None
+    return ("landed on hardware that does not match the job's signature: " + ", ".join(diff)
+            + "; give the target's Ray resource only to matching nodes")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Reports the hardware of the machine it runs on (from inside an isolated worker)."""
+
+    def execute(self) -> TaskResult:
+        from trt_routes.signature import cpu_fields, gpu_fields
+
+        return TaskResult(status="ok", meta={"cpu": cpu_fields(), "gpus": gpu_fields()})
+
+
+_HOSTED: dict[tuple[tuple[str, str], ...], LocalExecutor] = {}
+_HOSTED_LOCK = threading.Lock()
+
+
+def hosted_run(task: Any, timeout: float, env: dict[str, str]) -> TaskResult:
+    """Run ``task`` in this process's isolated worker for ``env`` (kept between tasks, replaced after a
+    failure, like the local executor's). The key includes CUDA_VISIBLE_DEVICES as Ray set it."""
+    full = {**env, "TRT_ROUTES_HOST": "ray"}
+    key = tuple(sorted({**full, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")}.items()))
+    with _HOSTED_LOCK:
+        executor = _HOSTED.get(key)
+        if executor is None:
+            for stale in _HOSTED.values():  # one worker per Ray worker process: its GPU may have changed
+                stale.close()
+            _HOSTED.clear()
+            executor = _HOSTED[key] = LocalExecutor(full)
+        return executor.run(task, timeout)
+
+
+class HardwareMismatch(RuntimeError):
+    """The task landed on a node whose hardware differs from its job's signature (retried elsewhere)."""
+
+
+def run_shipped(shipment: Shipment, timeout: float, env: dict[str, str], blobs: list[bytes],
+                expect: dict[str, str] | None) -> tuple[TaskResult, dict[str, bytes]]:
+    """Node side of one task: stage, run isolated, collect. Returns (result, produced blobs)."""
+    root = node_root()
+    task, scratch = stage(shipment, blobs, root)
+    try:
+        wrapped = Checked(task, expect) if expect else task
+        result = hosted_run(wrapped, timeout, env)
+        if result.meta.get("mismatch"):
+            raise HardwareMismatch(result.error)
+        return result, collect(result, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
