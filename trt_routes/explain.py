@@ -175,7 +175,7 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
         if mg is not None:
             lines.append(f"Margin over the default: {mg.text()}; default {_ms_ci(default)}, "
                          f"winner {_ms_ci(win)}.")
-            if not mg.certain:
+            if not mg.certain and not getattr(sel, "confirmation", None):  # a side-by-side re-measurement decides
                 lines.append("The interval includes 1.0x: this gain is within the measured noise.")
     elif sel.winner == DEFAULT_ROUTE and default is not None and default.median_ms is not None:
         lines.extend(_why_default_stayed(job, sel, trials, default))

@@ -189,7 +189,7 @@ def _tolerance_text(job: Job) -> str:
 def _verdict_style(reason: str, winner: bool) -> str:
     if winner:
         return "bold green"
-    if reason.startswith(("slower", "tied", "not faster")):
+    if reason.startswith(("slower", "tied", "not faster", "fastest in the search")):
         return ""
     return "dim" if reason.startswith("not a candidate") else "red"
 
