@@ -115,3 +115,14 @@ def test_signature_diff_names_each_field() -> None:
     assert sig.diff({"backend_version": "1.31.0", "cpu_model": "X", "driver": "580.95"}) == [
         "backend_version 1.31.0 -> 1.32.0", "driver 580.95 -> 580.159"]
     assert sig.hash == Signature(dict(reversed(list(sig.fields.items())))).hash
+
+
+def test_atomic_writes_get_ordinary_file_permissions(tmp_path: Path) -> None:
+    import os
+
+    from trt_routes.artifacts import atomic_write_text
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    atomic_write_text(tmp_path / "tuning.lock", "x")
+    assert (tmp_path / "tuning.lock").stat().st_mode & 0o777 == 0o666 & ~mask

@@ -29,6 +29,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give: mkstemp's 0600 would hide locks and engines
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
 
@@ -36,6 +45,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     are named by their digest, verified before use, and re-made when they fail verification."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _FILE_MODE)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -57,6 +67,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_copy(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.fchmod(fd, _FILE_MODE)
     os.close(fd)
     try:
         shutil.copyfile(src, tmp)
