@@ -196,7 +196,7 @@ class FrozenBuilder:
                 trial = self.applier.run_trial(job, fj.route, ref)
                 fj.built = 1
             self.verify(fj, trial, backend.reproducible_engines, backend.name)
-            dest = self.project.engine_path(job, backend.engine_suffix)
+            dest = self.project.engine_path(job, backend.engine_suffix_for(job.settings))
             self.project.store.materialize(trial.engine_sha256, dest)
             fj.engine_path = self.project.rel(dest)
         except _JobFailed as exc:
@@ -277,6 +277,22 @@ def write_record(project: Project, lock: Lockfile, result: FrozenResult) -> Path
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         atomic_write_text(path, text)
     return path
+
+
+def frozen_rebuild(project: Project, name: str, entry: dict[str, Any], path: Path) -> str | None:
+    """A line for ``status`` when the engine at ``path`` is the one ``apply --frozen`` rebuilt and verified
+    for job ``name`` from this lock entry (a TensorRT rebuild has its own digest); None otherwise."""
+    try:
+        record = json.loads((project.out_dir / RECORD_NAME).read_text(encoding="utf-8"))
+        job = record["jobs"][name]
+        sha = file_sha256(path)
+        if job["locked_sha256"] != (entry.get("engine") or {}).get("sha256") or job["route"] != entry.get("route") \
+                or job["engine"]["sha256"] != sha:
+            return None
+        return (f"engine rebuilt from the lock by `apply --frozen` (sha256 {sha[:12]}, {job['digest']}); "
+                f"verified: {', '.join(job['checks'])}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def apply_frozen(project: Project, options: FrozenOptions | None = None, reporter: Reporter | None = None,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.canonical import file_sha256
+from trt_routes.frozen import frozen_rebuild
 from trt_routes.jobs import Job
 from trt_routes.plan import stale_reasons, tolerance_change
 from trt_routes.project import Project
@@ -51,11 +52,13 @@ def status(project: Project) -> list[JobStatus]:
                 continue
             route = entry.get("route")
             engine = entry.get("engine") or {}
+            rebuilt: str | None = None  # an engine `apply --frozen` rebuilt from this entry (not bit-reproducible)
             path = project.root / engine.get("path", "")
             if not path.is_file():
                 rows.append(JobStatus(job.name, "missing-engine", f"engine missing at {engine.get('path')}: "
                                       "`trt-routes apply` materializes it again", route))
-            elif file_sha256(path) != engine.get("sha256"):
+            elif file_sha256(path) != engine.get("sha256") and \
+                    not (rebuilt := frozen_rebuild(project, job.name, entry, path)):
                 rows.append(JobStatus(job.name, "digest-mismatch",
                                       f"{engine.get('path')} does not match the locked sha256 "
                                       f"{str(engine.get('sha256'))[:12]}: `trt-routes apply` restores it", route))
@@ -68,7 +71,7 @@ def status(project: Project) -> list[JobStatus]:
                                       else f"no trial cache at {project.rel(project.cache_path)} (engine ok)",
                                       route))
             else:
-                rows.append(JobStatus(job.name, "ok", "engine matches the lock", route))
+                rows.append(JobStatus(job.name, "ok", rebuilt or "engine matches the lock", route))
     names = {j.name for j in project.jobs}
     for name in sorted(set(lock.jobs) - names):
         rows.append(JobStatus(name, "orphan-lock", "locked job no longer in the manifest (apply removes it)",

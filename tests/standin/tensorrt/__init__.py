@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -83,6 +84,9 @@ class _Controls:
     dropped_knobs: set[str] = field(default_factory=set)  # silently removed on set, like an override
     fail_build: str | None = None  # build_serialized_network logs this error and returns None
     device_name: str = "NVIDIA H200"
+    #: Real engines are not bit-reproducible (tactic timings differ between builds): set, every engine gets a
+    #: random build id. Workers are separate processes, so the environment variable sets it there.
+    nondeterministic: bool = field(default_factory=lambda: bool(os.environ.get("TRT_STANDIN_NONDETERMINISTIC")))
 
 
 STANDIN = _Controls()
@@ -688,6 +692,8 @@ class Builder:
             ],
             "model": base64.b64encode(network._model).decode(),
         }
+        if STANDIN.nondeterministic:
+            body["build_id"] = os.urandom(8).hex()
         self.logger.log(_Severity.INFO, "Engine generation completed (stand-in)")
         return ENGINE_MAGIC + json.dumps(body).encode()
 
