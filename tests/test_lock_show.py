@@ -111,6 +111,15 @@ def test_tensorrt_lock_show_trtexec_and_frozen_rebuild(tmp_path: Path, monkeypat
         assert command.endswith("--saveEngine=engines/m/dyn/h200.engine")
     assert "timing_cache" not in command
 
+    # a CPU-only CI runner (no TensorRT here) checks the lock against the manifest as far as it can
+    code, out = cli("lock", "check")
+    assert code == 0, out
+    assert "note: m/dyn/h200: the tensorrt backend is unavailable here" in out and "matches the manifest" in out
+    (tuning / "tuning.yaml").write_text(TRT_MANIFEST.format(tc=tmp_path / "tc").replace("[4, 3, 8, 8]", "[8, 3, 8, 8]"))
+    code, out = cli("lock", "check")
+    assert code == 1 and "m/dyn/h200: changed: shape profile changed: x.max [4, 3, 8, 8] -> [8, 3, 8, 8]" in out
+    (tuning / "tuning.yaml").write_text(TRT_MANIFEST.format(tc=tmp_path / "tc"))
+
     fresh = tmp_path / "fresh"  # a deploy machine: manifest, model and lock only
     fresh.mkdir()
     for name in ("m.onnx", "tuning.yaml", "tuning.lock"):
