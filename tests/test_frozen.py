@@ -136,7 +136,7 @@ def test_frozen_explains_each_changed_key(tuned: Path, tmp_path: Path) -> None:
     out = _mismatch(manifest)
     assert "cnn/bs1/cpu: changed: model digest changed (models/cnn.onnx:" in out
     assert "shape profile changed: input.max [4, 3, 32, 32] -> [4, 3, 16, 16]" in out
-    assert "measurement protocol changed" in out
+    assert "measurement protocol changed (warmup, iterations, repeats or seed)" in out
     assert "strategy changed: 's' (fast) -> 's' (full)" in out
 
 
@@ -203,6 +203,23 @@ def test_backend_upgrade_is_drift_not_a_manifest_change(tuned: Path, tmp_path: P
         apply_frozen(open_project(manifest))
     assert f"backend_version {old} -> 99.0.0" in str(info.value)
     assert not isinstance(info.value, LockMismatch)
+
+
+def test_a_new_measurement_protocol_is_drift_not_a_manifest_change(tuned: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trt-routes upgrade that changes how trials are measured invalidates the timings (drift); the
+    manifest's own measurement settings changing is a mismatch (see test_frozen_explains_each_changed_key)."""
+    import trt_routes
+
+    manifest = fresh_machine(tuned, tmp_path / "fresh")
+    old = trt_routes.PROTOCOL_VERSION
+    monkeypatch.setattr("trt_routes.jobs.PROTOCOL_VERSION", old + "-next")
+    monkeypatch.setattr("trt_routes.signature.PROTOCOL_VERSION", old + "-next")
+    with pytest.raises(SignatureDrift) as info:
+        apply_frozen(open_project(manifest))
+    assert f"cnn/bs1/cpu: protocol {old} -> {old}-next" in str(info.value)
+    code, out = cli("lock", "check", "-m", str(manifest))
+    assert code == 0, out
 
 
 def test_a_hand_edited_engine_digest_fails_verification(tuned: Path, tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ class Job:
 
     @cached_property
     def protocol_key(self) -> str:
-        return canonical.digest({**self.measurement.key_fields(), "protocol": PROTOCOL_VERSION}, 16)
+        return measurement_protocol_key(self.measurement)
 
     @cached_property
     def reference_key(self) -> str:
@@ -118,6 +118,12 @@ class Job:
                 if c.metric == "l0":
                     params.add(c.l0_params)
         return tuple(sorted(params))
+
+
+def measurement_protocol_key(measurement: Measurement, protocol: str | None = None) -> str:
+    """Key of how trials are measured: the manifest's measurement settings and trt-routes' protocol version
+    (``protocol``: another version's, to tell a tool upgrade from a manifest change)."""
+    return canonical.digest({**measurement.key_fields(), "protocol": protocol or PROTOCOL_VERSION}, 16)
 
 
 def _profile(shapes: dict[str, list[int] | DimRange]) -> dict[str, dict[str, list[int]]]:

@@ -16,7 +16,7 @@ from trt_routes import canonical
 from trt_routes.backends import registry
 from trt_routes.catalog import Catalog
 from trt_routes.errors import LockfileError, RouteError
-from trt_routes.jobs import Job
+from trt_routes.jobs import Job, measurement_protocol_key
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan import candidates_key, tolerance_change
 from trt_routes.routes import Expression, describe, route_dict
@@ -101,6 +101,15 @@ def _reference_change(job: Job, locked: str, signature_fields: Mapping[str, str]
     return "reference data changed (the model's inputs: dtype, range or seed)"
 
 
+def _same_protocol(job: Job, locked: str, signature_fields: Mapping[str, str]) -> bool:
+    """The manifest's measurement settings are the locked ones; a newer trt-routes measurement protocol
+    alone (the signature's ``protocol`` field) is signature drift, not a manifest change."""
+    if locked == job.protocol_key:
+        return True
+    old = signature_fields.get("protocol")
+    return bool(old) and measurement_protocol_key(job.measurement, old) == locked
+
+
 def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
     """What differs between ``job`` (from the manifest) and its lock entry, field by field."""
     changes: list[str] = []
@@ -119,10 +128,11 @@ def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
     if keys.get("settings_key") and keys["settings_key"] != job.settings_key:
         changes.append("build settings changed: " + (", ".join(field_diff(entry.get("settings"), job.settings))
                                                      or "(details not in the lock)"))
-    if keys.get("protocol_key") and keys["protocol_key"] != job.protocol_key:
-        changes.append("measurement protocol changed (warmup, iterations, repeats, seed or trt-routes' protocol)")
-    first_order = any(keys.get(k) and keys[k] != getattr(job, k) for k in ("model_digest", "shape_key",
-                                                                            "protocol_key"))
+    protocol_changed = bool(keys.get("protocol_key")) and not _same_protocol(job, keys["protocol_key"], fields)
+    if protocol_changed:
+        changes.append("measurement protocol changed (warmup, iterations, repeats or seed)")
+    first_order = protocol_changed or any(keys.get(k) and keys[k] != getattr(job, k)
+                                          for k in ("model_digest", "shape_key"))
     if keys.get("reference_key") and not first_order and \
             (why := _reference_change(job, keys["reference_key"], fields)) is not None:
         changes.append(why)
