@@ -1,0 +1,156 @@
+"""Benchmark: trial throughput with 1 and 2 workers (issue 8). Target: >= 1.8x with two GPUs.
+
+Each run tunes a fresh copy of one project (empty cache, fresh Inductor cache dir) with ``apply --workers N``
+and reports trials per second over the whole apply (references, worker start-up and selection included).
+Runs go from the most workers to the fewest, so warm OS file caches favour the baseline (1 worker).
+
+* ``--backend onnxruntime`` (default; CPU targets): the quickstart CNN and transformer block, ``full`` over
+  12 routes each. Two CPU workers split the cores between them, which is a different measurement (the
+  signature says so: ``cpu_workers``), so this shows dispatch scaling, not the same trials faster.
+* ``--backend torch-inductor`` (GPU targets, needs torch and >= 2 GPUs): a small MLP in float16, ``full``
+  over 8 jit routes; one worker per GPU, pinned with CUDA_VISIBLE_DEVICES. Same trials, same keys.
+
+Run: python bench/scale.py [--backend onnxruntime|torch-inductor] [--workers 2,1] [--json FILE]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from trt_routes.apply import ApplyOptions, apply  # noqa: E402
+from trt_routes.project import open_project  # noqa: E402
+from trt_routes.signature import detect  # noqa: E402
+
+TARGET_RATIO = 1.8
+ORT_GROUP = ("-graph_optimization_level=[disabled|basic|extended] -disable:ConvBNFusion=[off|on] "
+             "-enable_mem_pattern=[0|1]")
+TORCH_GROUP = "-freezing=[0|1] -aggressive_fusion=[0|1] -triton.cudagraphs=[0|1]"  # cheap builds: not autotuning
+TORCH_CPU_GROUP = "-freezing=[0|1] -cpp.threads=[1|2]"  # --device cpu: a local smoke run of the same path
+MLP = '''"""A small MLP for the scaling benchmark."""
+import torch
+from torch import nn
+
+
+def mlp(shapes):
+    width = 1024
+    return nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.LayerNorm(width),
+                         nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+'''
+
+
+def ort_project(root: Path) -> Path:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_models", REPO / "recipes" / "quickstart" / "make_models.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    models = module.write_models(root / "models")
+    data: dict[str, Any] = {
+        "schema_version": 1,
+        "measurement": {"warmup": 5, "iterations": 20, "repeats": 5, "timeout_s": 300},
+        "switch_groups": {"g": ORT_GROUP}, "strategies": {"full": {"mode": "full"}},
+        "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 1e-4}]}},
+        "defaults": {"switch_group": "g", "strategy": "full", "tolerance": "t"},
+        "models": {"cnn": {"path": str(Path(models["resnet_like"]).relative_to(root)),
+                           "shapes": {"bs8": {"input": [8, 3, 32, 32]}}},
+                   "tb": {"path": str(Path(models["transformer_block"]).relative_to(root)),
+                          "shapes": {"s64": {"x": [4, 64, 64]}}}},
+    }
+    (root / "tuning.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return root / "tuning.yaml"
+
+
+def torch_project(root: Path, device: str = "gpu") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "bench_models.py").write_text(MLP)
+    data: dict[str, Any] = {
+        "schema_version": 1,
+        "measurement": {"warmup": 10, "iterations": 50, "repeats": 5, "timeout_s": 600},
+        "targets": {"gpu": {"kind": "gpu", "name": "*"}} if device == "gpu" else {"cpu": {"kind": "cpu"}},
+        "switch_groups": {"g": TORCH_GROUP if device == "gpu" else TORCH_CPU_GROUP},
+        "strategies": {"full": {"mode": "full"}},
+        "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 5e-3}]}},
+        "defaults": {"backend": "torch-inductor", "targets": [device], "switch_group": "g", "strategy": "full",
+                     "tolerance": "t", "settings": {"dtype": "float16" if device == "gpu" else "float32"}},
+        "models": {"mlp": {"entry": "bench_models:mlp", "shapes": {"bs64": {"input": [64, 1024]}}}},
+    }
+    (root / "tuning.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return root / "tuning.yaml"
+
+
+def run(template: Path, workers: int, scratch: Path) -> dict[str, Any]:
+    dest = scratch / f"w{workers}"
+    shutil.copytree(template.parent, dest)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / f"inductor-w{workers}")  # cold compile caches
+    project = open_project(dest / "tuning.yaml")
+    t0 = time.perf_counter()
+    result = apply(project, ApplyOptions(workers=workers))
+    wall = time.perf_counter() - t0
+    with project.open_cache() as cache:
+        rows = cache.all_trials()
+    busy = sum((t.build_s or 0) + (t.measure_s or 0) for t in rows)
+    by_worker: dict[str, int] = {}
+    for t in rows:
+        name = str(t.meta.get("worker", "worker"))
+        by_worker[name] = by_worker.get(name, 0) + 1
+    return {"workers": workers, "exit_code": result.exit_code, "trials": len(rows), "wall_s": wall,
+            "trials_per_s": len(rows) / wall, "busy_s": busy, "by_worker": by_worker,
+            "statuses": sorted({t.status for t in rows}),
+            "routes": {o.job.name: (o.entry or {}).get("route") for o in result.outcomes}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch-inductor"])
+    ap.add_argument("--workers", default="2,1", help="worker counts, in the order to run them")
+    ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="torch-inductor's target kind")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    counts = [int(x) for x in args.workers.split(",")]
+    env = detect()
+    scratch = Path(tempfile.mkdtemp(prefix="trt-routes-scale-"))
+    try:
+        if args.backend == "onnxruntime":
+            template = ort_project(scratch / "template")
+        else:
+            template = torch_project(scratch / "template", args.device)
+        rows = [run(template, n, scratch) for n in counts]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    base = next((r for r in rows if r["workers"] == 1), rows[-1])
+    if not base["trials"]:
+        sys.exit(f"no trials ran (exit code {base['exit_code']}): check `trt-routes plan` on such a project")
+    gpus = ", ".join(sorted({g.get("gpu_name", "?") for g in env.gpus}))
+    machine = f"{env.cpu.get('cpu_model')} ({env.cpu.get('cpu_count')} cores), {len(env.gpus)} GPU(s) {gpus}".strip()
+    print(f"trial throughput, backend {args.backend}, {machine}, Python {platform.python_version()}")
+    print(f"{'workers':>7} {'trials':>6} {'wall s':>8} {'trials/s':>9} {'vs 1 worker':>11} {'busy s':>8}  per worker")
+    for r in sorted(rows, key=lambda r: r["workers"]):
+        ratio = r["trials_per_s"] / base["trials_per_s"]
+        print(f"{r['workers']:>7} {r['trials']:>6} {r['wall_s']:>8.1f} {r['trials_per_s']:>9.3f} {ratio:>10.2f}x "
+              f"{r['busy_s']:>8.1f}  {r['by_worker']}")
+    best = max(r["trials_per_s"] for r in rows if r["workers"] == 2) / base["trials_per_s"] if any(
+        r["workers"] == 2 for r in rows) else float("nan")
+    print(f"2 workers vs 1: {best:.2f}x (target >= {TARGET_RATIO}x with two GPUs)")
+    for r in rows:
+        print(f"  workers={r['workers']}: exit {r['exit_code']}, statuses {r['statuses']}, winners {r['routes']}")
+    if args.json:
+        args.json.write_text(json.dumps({"backend": args.backend, "machine": machine, "rows": rows,
+                                         "ratio_2_vs_1": best}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
