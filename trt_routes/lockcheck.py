@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trt_routes import canonical
+from trt_routes import PROTOCOL_VERSION, canonical
 from trt_routes.backends import registry
 from trt_routes.catalog import Catalog
 from trt_routes.errors import LockfileError, RouteError
-from trt_routes.jobs import Job, measurement_protocol_key
+from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan import candidates_key, tolerance_change
 from trt_routes.routes import Expression, describe, route_dict
@@ -102,12 +102,14 @@ def _reference_change(job: Job, locked: str, signature_fields: Mapping[str, str]
 
 
 def _same_protocol(job: Job, locked: str, signature_fields: Mapping[str, str]) -> bool:
-    """The manifest's measurement settings are the locked ones; a newer trt-routes measurement protocol
-    alone (the signature's ``protocol`` field) is signature drift, not a manifest change."""
+    """The manifest's measurement settings are the locked ones. Under another trt-routes measurement
+    protocol (the signature's ``protocol`` field) the keys cannot be compared: that is signature drift,
+    reported as such, not a manifest change."""
     if locked == job.protocol_key:
         return True
     old = signature_fields.get("protocol")
-    return bool(old) and measurement_protocol_key(job.measurement, old) == locked
+    now = job.signature.fields.get("protocol") if job.signature else PROTOCOL_VERSION
+    return bool(old) and old != now
 
 
 def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
