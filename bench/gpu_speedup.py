@@ -30,11 +30,12 @@ REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"jit": 1.5, "aot": 1.15}
 
 
-def shard_models(models: list[str], parallel: int) -> list[list[str]]:
-    """Models in round-robin shards, a model's jit and aot variants kept together."""
+def shard_models(models: list[str], parallel: int, split_modes: bool = False) -> list[list[str]]:
+    """Models in round-robin shards, a model's jit and aot variants kept together unless ``split_modes``
+    (then every model gets its own worker process)."""
     families: dict[str, list[str]] = {}
     for m in models:
-        families.setdefault(m.removesuffix("-aot"), []).append(m)
+        families.setdefault(m if split_modes else m.removesuffix("-aot"), []).append(m)
     shards: list[list[str]] = [[] for _ in range(max(1, min(parallel, len(families))))]
     for i, members in enumerate(families.values()):
         shards[i % len(shards)].extend(members)
@@ -65,7 +66,8 @@ def prepare(recipe: Path, work: Path, shards: list[list[str]], groups: dict[str,
 
 def run_shards(folders: list[Path], deadline_s: float, threads: int) -> dict[str, float]:
     """Start `trt-routes apply` in every folder; interrupt whatever runs past the deadline."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1",  # a segfault names its frame
+           "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
     procs = {}
     start = time.perf_counter()
     for folder in folders:
@@ -191,6 +193,10 @@ def report(rows: list[dict[str, Any]], walls: dict[str, float]) -> str:
         lines.append(f"{r['model']:<14} {r['mode']:<4} {r['default_ms']:>11.3f} {r['chosen_ms']:>10.3f} "
                      f"{r['speedup']:>7.2f}x {interval:>13} {r['builds']:>6} {r['build_s']:>8.0f} {wall:>12.0f}  "
                      f"{r['route'] or '(default)'}")
+    for r in rows:
+        for t in r["trials"]:
+            if t["status"] != "ok":
+                lines.append(f"  {r['job']} {t['route'] or '(default)'}: {t['status']} {t['error'][:160]}")
     for mode, target in TARGETS.items():
         done = [r["speedup"] for r in rows if r["mode"] == mode and r["status"] == "ok"]
         total = sum(1 for r in rows if r["mode"] == mode)
@@ -221,6 +227,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/trt-routes-gpu-bench"))
     ap.add_argument("--parallel", type=int, default=4, help="shards run at once (compilation overlaps)")
     ap.add_argument("--models", nargs="*", help="models of the recipe to run (default: all)")
+    ap.add_argument("--split-modes", action="store_true", help="jit and aot variants in separate shards")
     ap.add_argument("--group", action="append", default=[], metavar="NAME=EXPR", help="override a switch group")
     ap.add_argument("--strategy", action="append", default=[], metavar="MODEL=MODE", help="override a strategy")
     ap.add_argument("--measure", default="", help="measurement overrides, e.g. iterations=20,repeats=3")
@@ -235,7 +242,7 @@ def main() -> int:
     strategies = dict(s.split("=", 1) for s in args.strategy)
     measurement = {k: float(v) if "." in v else int(v)
                    for k, v in (kv.split("=") for kv in args.measure.split(",") if kv)}
-    shards = shard_models(models, args.parallel)
+    shards = shard_models(models, args.parallel, args.split_modes)
     args.work.mkdir(parents=True, exist_ok=True)
     folders = prepare(args.recipe, args.work, shards, groups, measurement, strategies)
     threads = max(1, (os.cpu_count() or 2) // len(folders))

@@ -12,8 +12,10 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -291,7 +293,11 @@ class TorchInductorBackend(Backend):
         torch = _torch()
         torch.set_float32_matmul_precision(settings["matmul_precision"])
         if settings["mode"] == "aot":
-            return TorchRunner(self._load_package(Path(engine_path), device), device, settings["dtype"])
+            package, keep = self._load_package(Path(engine_path), device)
+            runner = TorchRunner(package, device, settings["dtype"])
+            if keep is not None:  # the package may be read again after loading: keep its link while it lives
+                weakref.finalize(runner, shutil.rmtree, keep, True)
+            return runner
         data = Path(engine_path).read_bytes()
         key = hashlib.sha256(data).hexdigest()
         if key not in self._jit:  # another process built it: recreate from the recipe
@@ -309,16 +315,17 @@ class TorchInductorBackend(Backend):
                            guard=lambda: torch._dynamo.config.patch(error_on_recompile=True))
 
     @staticmethod
-    def _load_package(path: Path, device: str) -> Any:
+    def _load_package(path: Path, device: str) -> tuple[Any, str | None]:
+        """The loaded package, and the folder of the ``.pt2`` link made for a suffix-less blob (or None)."""
         import torch._inductor
 
         index = int(device.split(":")[1]) if device.startswith("cuda:") else -1
         if path.suffix == ".pt2":
-            return torch._inductor.aoti_load_package(str(path), device_index=index)
-        with tempfile.TemporaryDirectory(prefix="trt-routes-aoti-") as tmp:  # blob store files have no suffix
-            link = Path(tmp) / "model.pt2"
-            os.symlink(path.resolve(), link)
-            return torch._inductor.aoti_load_package(str(link), device_index=index)
+            return torch._inductor.aoti_load_package(str(path), device_index=index), None
+        folder = tempfile.mkdtemp(prefix="trt-routes-aoti-")  # blob store files have no suffix
+        link = Path(folder) / "model.pt2"
+        os.symlink(path.resolve(), link)
+        return torch._inductor.aoti_load_package(str(link), device_index=index), folder
 
     def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
         """Eager float32 outputs (TF32 off) on the job's device. When the model runs in float16/bfloat16,
