@@ -25,3 +25,11 @@ def load_make_models() -> ModuleType:
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``resnet_like`` and ``transformer_block`` .onnx files, freshly generated (not the committed bytes)."""
     return load_make_models().write_models(tmp_path_factory.mktemp("models"))  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def sharing_project(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
+    """A CPU project applied once for the cache-sharing tests (tests/_sharing.py); they copy it."""
+    from _sharing import tuned_once
+
+    return tuned_once(tmp_path_factory, tiny_models)

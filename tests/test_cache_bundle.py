@@ -10,13 +10,13 @@ import io
 import itertools
 import json
 import re
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _project import make_project
 from _sharing import fresh_clone, machine, trial_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,18 +33,16 @@ from trt_routes.cache.bundle import (
     trial_json,
     write_bundle,
 )
-from trt_routes.cache.merge import import_bundle, merge, row_rank
+from trt_routes.cache.merge import has_table, import_bundle, merge, row_rank
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.cli import app
 
 runner = CliRunner()
 
-
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    manifest = make_project(tmp_path_factory.mktemp("bundle") / "a", tiny_models)
-    assert apply(machine(manifest)).exit_code == 0
-    return manifest
+def tuned(sharing_project: Path) -> Path:
+    """Machine A's project, applied once per session (read it; copy it to change it)."""
+    return sharing_project
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +279,30 @@ def test_export_only_pattern_and_json(tuned: Path, tmp_path: Path) -> None:
     assert data["trials"] == 5 and data["blobs"] == 0
     bundle = read_bundle(out)
     assert {t.job for t in bundle.trials} == {"cnn/bs1/cpu"}
+
+
+def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) -> None:
+    """Side-by-side re-measurements are facts like trials: exported with their groups, merged by key."""
+    a = tmp_path / "a"
+    shutil.copytree(tuned.parent, a)
+    with machine(a / "tuning.yaml").open_cache() as cache:
+        if not has_table(cache, "remeasurements"):
+            pytest.skip("this cache schema keeps no re-measurements")
+        t = cache.all_trials()[0]
+        row = {"key": "test-" + t.group_key, "group_key": t.group_key, "job": t.job, "baseline": "",
+               "challengers": json.dumps([t.route]), "data": json.dumps({"baseline": "", "challengers": [t.route]}),
+               "created_at": "2025-01-01T00:00:00Z", "host": "h", "tool_version": "0"}
+        with cache.db.conn:
+            cache.db["remeasurements"].insert(row, replace=True)
+    out = tmp_path / "r.tar.gz"
+    assert runner.invoke(app, ["cache", "export", str(out), "-m", str(a / "tuning.yaml")]).exit_code == 0
+    assert row in read_bundle(out).remeasurements
+    c = fresh_clone(a / "tuning.yaml", tmp_path / "c")
+    assert import_bundle(machine(c), out).remeasurements >= 1
+    assert import_bundle(machine(c), out).remeasurements == 0  # idempotent
+    with machine(c).open_cache() as cache:
+        got = cache.db.execute("SELECT data FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
+    assert got is not None and json.loads(got[0])["challengers"] == [t.route]
+    bad = _write(tmp_path / "bad.tar.gz", _rehash(_members(out), "remeasurements.jsonl", b'{"key": 1}\n'))
+    with pytest.raises(BundleError, match="re-measurement row"):
+        read_bundle(bad)

@@ -8,27 +8,21 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _project import make_project
-from _sharing import machine
+from _sharing import add_foreign_trials, machine
 from typer.testing import CliRunner
 
-from trt_routes import canonical
 from trt_routes.apply import apply, compute_plan
-from trt_routes.cache.bundle import expected_group_key, expected_trial_id
 from trt_routes.cache.maintenance import gc, stats, verify
-from trt_routes.cache.merge import merge
 from trt_routes.canonical import file_sha256
 from trt_routes.cli import app
 from trt_routes.lockfile import Lockfile
 
 runner = CliRunner()
 
-
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    manifest = make_project(tmp_path_factory.mktemp("maint") / "a", tiny_models)
-    assert apply(machine(manifest)).exit_code == 0
-    return manifest
+def tuned(sharing_project: Path) -> Path:
+    """Machine A's project, applied once per session (read it; copy it to change it)."""
+    return sharing_project
 
 
 @pytest.fixture
@@ -43,19 +37,6 @@ def _locked_engines(manifest: Path) -> set[str]:
 
 def _store(manifest: Path) -> Path:
     return manifest.parent / "caches" / "engines"
-
-
-def _add_foreign_signature(manifest: Path, when: str = "2020-01-01T00:00:00Z") -> int:
-    """A's trials re-keyed under another machine's signature, measured long ago (as if pulled)."""
-    fields = {"cpu_model": "Old machine", "backend": "onnxruntime"}
-    sig = canonical.digest(fields, 16)
-    with machine(manifest).open_cache() as cache:
-        trials = cache.all_trials()
-        for t in trials:
-            t.signature, t.created_at, t.host = sig, when, "old-host"
-            t.group_key = expected_group_key(t)
-            t.id = expected_trial_id(t)
-        return merge(cache, trials, {sig: fields}).added
 
 
 def test_stats(a: Path) -> None:
@@ -88,7 +69,7 @@ def test_gc_keeps_locked_and_fastest_engines(a: Path) -> None:
 
 
 def test_gc_older_than_drops_old_foreign_signatures_only(a: Path) -> None:
-    assert _add_foreign_signature(a) == 10
+    assert add_foreign_trials(a, a, when="2020-01-01T00:00:00Z") == 10
     assert gc(machine(a), older_than_days=30, dry_run=True).trials == 10
     result = runner.invoke(app, ["cache", "gc", "--older-than", "30", "--json", "-m", str(a)])
     assert result.exit_code == 0

@@ -5,31 +5,31 @@ signature differs by its CPU model (``open_project(manifest, env=...)``)."""
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from _project import make_project
-from _sharing import fresh_clone, machine, other_machine, trial_table
+from _sharing import add_foreign_trials, fresh_clone, machine, other_machine, trial_table
 from typer.testing import CliRunner
 
 from trt_routes.apply import apply
-from trt_routes.cache.remote import Remote, normalize_url, pull, push
+from trt_routes.cache.remote import PushReport, Remote, normalize_url, pull, push
 from trt_routes.canonical import file_sha256
 from trt_routes.cli import app
 from trt_routes.errors import UsageError
 from trt_routes.explain import explain
 from trt_routes.lockfile import Lockfile
+from trt_routes.project import Project
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    """Machine A's project, applied once; tests copy it."""
-    manifest = make_project(tmp_path_factory.mktemp("a") / "a", tiny_models)
-    result = apply(machine(manifest))
-    assert result.exit_code == 0 and result.built == 10
-    return manifest
+def tuned(sharing_project: Path) -> Path:
+    """Machine A's project, applied once per session (read it; copy it to change it)."""
+    return sharing_project
 
 
 @pytest.fixture
@@ -179,3 +179,23 @@ def test_s3_cli_push_and_pull(a: Path, tmp_path: Path, s3: tuple[str, dict[str, 
     result = runner.invoke(app, ["cache", "stats", "--json", "-m", str(c)])
     assert result.exit_code == 0 and f'"{url}"' in result.output
     assert "testing" not in result.output  # credentials are never stored
+
+
+def test_machines_push_at_once_without_locks(a: Path, tmp_path: Path) -> None:
+    """Two machines push to one remote at the same moment (threads): no lock, no lost segment."""
+    b = fresh_clone(a, tmp_path / "b", lock=False)
+    env_b = other_machine()
+    assert add_foreign_trials(a, b) == 10
+    remote = str(tmp_path / "remote")
+    barrier = threading.Barrier(2)
+
+    def go(project: Project) -> PushReport:
+        barrier.wait()
+        return push(project, remote)
+
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(go, [machine(a), machine(b, env_b)]))
+    assert [r.trials for r in reports] == [10, 10] and reports[0].segment != reports[1].segment
+    c = fresh_clone(a, tmp_path / "c")
+    got = pull(machine(c), remote)
+    assert (got.segments, got.added, got.rejected) == (2, 20, [])

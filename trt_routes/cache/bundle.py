@@ -31,6 +31,10 @@ FORMAT = "trt-routes-bundle"
 VERSION = 1
 MANIFEST = "trt-routes-bundle.json"
 TABLES = ("trials.jsonl", "signatures.jsonl", "references.jsonl")
+#: Present when the exporting cache has such rows: side-by-side re-measurements that confirm winners.
+OPTIONAL_TABLES = ("remeasurements.jsonl",)
+REMEASUREMENT_FIELDS = ("key", "group_key", "job", "baseline", "challengers", "data", "created_at", "host",
+                        "tool_version")
 BLOB_KINDS = ("engine", "outputs", "reference")
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_TABLE_BYTES = 2 << 30
@@ -140,6 +144,24 @@ def parse_reference(obj: Any, where: str) -> dict[str, str]:
     return dict(obj)
 
 
+def parse_remeasurement(obj: Any, where: str) -> dict[str, str]:
+    """A re-measurement row (the cache's columns; ``challengers`` and ``data`` are JSON text)."""
+    if not (isinstance(obj, dict) and set(obj) == set(REMEASUREMENT_FIELDS)
+            and all(isinstance(obj[k], str) for k in REMEASUREMENT_FIELDS)
+            and obj["key"] and len(obj["key"]) <= 128 and _HEX[32].match(obj["group_key"])
+            and _TIME.match(obj["created_at"])):
+        raise BundleError(f"{where}: a re-measurement row is {{{', '.join(REMEASUREMENT_FIELDS)}}} (text), "
+                          "with a 32-hex group_key and a UTC created_at")
+    try:
+        challengers, data = json.loads(obj["challengers"]), json.loads(obj["data"])
+    except ValueError as exc:
+        raise BundleError(f"{where}: re-measurement challengers/data are not JSON ({exc})") from exc
+    if not (isinstance(challengers, list) and all(isinstance(c, str) for c in challengers)
+            and isinstance(data, dict)):
+        raise BundleError(f"{where}: re-measurement challengers must be a list of routes and data an object")
+    return dict(obj)
+
+
 def trial_json(trial: TrialRecord) -> dict[str, Any]:
     """A trial as bundle JSON (structures, not the cache's JSON-in-text columns)."""
     return {f: getattr(trial, f) for f in TRIAL_FIELDS}
@@ -160,6 +182,7 @@ class Bundle:
     trials: list[TrialRecord] = field(default_factory=list)
     signatures: dict[str, dict[str, str]] = field(default_factory=dict)
     references: list[dict[str, str]] = field(default_factory=list)
+    remeasurements: list[dict[str, str]] = field(default_factory=list)
     blobs: dict[str, Path] = field(default_factory=dict)
     staging: Path | None = None
 
@@ -171,7 +194,8 @@ class Bundle:
 
 def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: dict[str, dict[str, str]],
                  references: list[dict[str, str]] | None = None,
-                 blobs: dict[str, tuple[Path, str]] | None = None, kind: str = "export") -> dict[str, Any]:
+                 blobs: dict[str, tuple[Path, str]] | None = None, kind: str = "export",
+                 remeasurements: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Write a bundle to ``dest`` (a path, written atomically, or a binary file). ``blobs`` maps a sha256
     to (file, kind); each file is verified against its name first. Returns the manifest."""
     blobs = blobs or {}
@@ -187,6 +211,9 @@ def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: 
                              len(signatures)),
         "references.jsonl": (_jsonl(sorted(references or [], key=lambda r: r["key"])), len(references or [])),
     }
+    if remeasurements:
+        tables["remeasurements.jsonl"] = (_jsonl(sorted(remeasurements, key=lambda r: r["key"])),
+                                          len(remeasurements))
     manifest = {
         "format": FORMAT, "version": VERSION, "kind": kind, "created_at": now(), "host": socket.gethostname(),
         "tool_version": __version__,
@@ -259,8 +286,9 @@ def _check_manifest(head: Any, where: str) -> dict[str, Any]:
     if version < 1:
         raise bad(f"bundle format version {version} is not a known version")
     members, blobs = head.get("members"), head.get("blobs")
-    if not isinstance(members, dict) or set(members) != set(TABLES):
-        raise bad(f"bundle manifest must list exactly the members {', '.join(TABLES)}")
+    if not isinstance(members, dict) or not set(TABLES) <= set(members) <= set(TABLES + OPTIONAL_TABLES):
+        raise bad(f"bundle manifest must list the members {', '.join(TABLES)} (and optionally "
+                  f"{', '.join(OPTIONAL_TABLES)})")
     for name, m in members.items():
         if not (isinstance(m, dict) and isinstance(m.get("sha256"), str) and _HEX[64].match(m["sha256"])
                 and _is_number(m.get("size")) and 0 <= m["size"] <= MAX_TABLE_BYTES
@@ -316,7 +344,7 @@ def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None) -
                 bundle.info = {k: manifest.get(k) for k in ("kind", "created_at", "host", "tool_version",
                                                              "version")}
                 continue
-            if name in TABLES:
+            if name in manifest["members"]:
                 declared = manifest["members"][name]
                 if name in tables or member.size != declared["size"]:
                     raise BundleError(f"{where}: member {name} is duplicated or its size differs from the manifest")
@@ -351,7 +379,7 @@ def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None) -
             bundle.blobs[sha] = dest
         if manifest is None:
             raise BundleError(f"{where}: empty archive, not a trt-routes bundle")
-        missing = [n for n in TABLES if n not in tables] + [f"blobs/{s}" for s in manifest["blobs"]
+        missing = [n for n in manifest["members"] if n not in tables] + [f"blobs/{s}" for s in manifest["blobs"]
                                                             if s not in bundle.blobs]
         if missing:
             raise BundleError(f"{where}: bundle lacks member(s) {', '.join(missing[:5])} (truncated?)")
@@ -402,3 +430,7 @@ def _parse_tables(bundle: Bundle, tables: dict[str, bytes], manifest: dict[str, 
     for at, obj in _rows(tables["references.jsonl"], "references.jsonl", where,
                          members["references.jsonl"]["rows"]):
         bundle.references.append(parse_reference(obj, at))
+    if "remeasurements.jsonl" in tables:
+        for at, obj in _rows(tables["remeasurements.jsonl"], "remeasurements.jsonl", where,
+                             members["remeasurements.jsonl"]["rows"]):
+            bundle.remeasurements.append(parse_remeasurement(obj, at))

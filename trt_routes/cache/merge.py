@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock, Timeout
 
 from trt_routes.artifacts import BlobStore
-from trt_routes.cache.bundle import BundleError, parse_trial, read_bundle, trial_json, write_bundle
+from trt_routes.cache.bundle import (
+    REMEASUREMENT_FIELDS,
+    BundleError,
+    parse_remeasurement,
+    parse_trial,
+    read_bundle,
+    trial_json,
+    write_bundle,
+)
 from trt_routes.cache.store import CacheStore, TrialRecord, now
 from trt_routes.errors import UsageError
 
@@ -41,6 +49,7 @@ class MergeReport:
     kept: int = 0  # conflicting rows: ours was measured earlier and stays
     signatures: int = 0
     references: int = 0
+    remeasurements: int = 0
     blobs: int = 0
     skipped: list[str] = field(default_factory=list)
 
@@ -85,9 +94,36 @@ def existing_trials(cache: CacheStore, ids: Iterable[str]) -> dict[str, TrialRec
     return out
 
 
+def has_table(cache: CacheStore, name: str) -> bool:
+    return cache.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name]).fetchone() \
+        is not None
+
+
+def _merge_remeasurements(cache: CacheStore, rows: list[dict[str, str]]) -> int:
+    """Re-measurements are facts keyed like trials: the same earliest-wins rule, inside the caller's
+    transaction. A cache without the table (an older schema) skips them."""
+    if not rows or not has_table(cache, "remeasurements"):
+        return 0
+
+    def rank(r: dict[str, Any]) -> tuple[str, str, str]:
+        text = json.dumps({k: r[k] for k in REMEASUREMENT_FIELDS}, sort_keys=True)
+        return r["created_at"], r["host"], hashlib.sha256(text.encode()).hexdigest()
+
+    changed = 0
+    cols = ", ".join(REMEASUREMENT_FIELDS)
+    for row in rows:
+        old = cache.db.execute(f"SELECT {cols} FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
+        if old is None or rank(row) < rank(dict(zip(REMEASUREMENT_FIELDS, old, strict=True))):
+            cache.db.execute(f"INSERT OR REPLACE INTO remeasurements ({cols}) VALUES "
+                             f"({', '.join('?' * len(REMEASUREMENT_FIELDS))})",
+                             [row[k] for k in REMEASUREMENT_FIELDS])
+            changed += 1
+    return changed
+
+
 def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, dict[str, str]],
           references: Iterable[dict[str, str]] = (), *, state: Iterable[tuple[str, str, str]] = (),
-          source: str = "") -> MergeReport:
+          source: str = "", remeasurements: list[dict[str, str]] | None = None) -> MergeReport:
     """Merge rows in one transaction; ``state`` rows (remote, kind, key) are recorded in the same one."""
     report = MergeReport(source=source)
     incoming: dict[str, TrialRecord] = {}
@@ -124,6 +160,7 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
                 "INSERT OR IGNORE INTO [references] (key, inputs_sha256, outputs_sha256, created_at) "
                 "VALUES (?, ?, ?, ?)", [ref["key"], ref["inputs_sha256"], ref["outputs_sha256"], ref["created_at"]])
             report.references += cur.rowcount
+        report.remeasurements = _merge_remeasurements(cache, remeasurements or [])
         at = now()
         cache.db.conn.executemany("INSERT OR IGNORE INTO remote_state (remote, kind, key, at) VALUES (?, ?, ?, ?)",
                                   [(r, k, key, at) for r, k, key in state])
@@ -174,6 +211,28 @@ class ExportReport:
         return asdict(self)
 
 
+def remeasurements_of(cache: CacheStore, trials: list[TrialRecord] | None) -> list[dict[str, str]]:
+    """The re-measurement rows of the groups of ``trials`` (all of them for None; none where the cache
+    has no such table)."""
+    if not has_table(cache, "remeasurements"):
+        return []
+    cols = ", ".join(REMEASUREMENT_FIELDS)
+    if trials is None:
+        queries = [(f"SELECT {cols} FROM remeasurements", [])]
+    else:
+        queries = [(f"SELECT {cols} FROM remeasurements WHERE group_key IN ({', '.join('?' * len(chunk))})", chunk)
+                   for chunk in _chunks(sorted({t.group_key for t in trials}))]
+    out: list[dict[str, str]] = []
+    for sql, args in queries:
+        for row in cache.db.execute(sql, args):
+            item = {k: "" if v is None else str(v) for k, v in zip(REMEASUREMENT_FIELDS, row, strict=True)}
+            try:
+                out.append(parse_remeasurement(item, f"re-measurement {item['key']}"))
+            except BundleError:
+                continue  # a row another version wrote differently stays local
+    return out
+
+
 def collect(cache: CacheStore, trials: list[TrialRecord]) -> tuple[
         list[TrialRecord], dict[str, dict[str, str]], list[dict[str, str]], list[str]]:
     """The exportable subset of ``trials`` with their signatures and references, and why others were left."""
@@ -220,7 +279,9 @@ def export_bundle(project: Project, dest: Path, *, engines: bool = False, output
             for sha in (r["inputs_sha256"], r["outputs_sha256"]):
                 if store.has(sha):
                     blobs.setdefault(sha, (store.path(sha), "reference"))
-    write_bundle(dest, keep, signatures, refs, blobs)
+    with project.open_cache() as cache:
+        remeasured = remeasurements_of(cache, keep)
+    write_bundle(dest, keep, signatures, refs, blobs, remeasurements=remeasured)
     return ExportReport(str(dest), len(keep), len(signatures), len(refs), len(blobs), dest.stat().st_size,
                         skipped)
 
@@ -233,7 +294,8 @@ def import_bundle(project: Project, path: Path) -> MergeReport:
         try:
             with project.open_cache() as cache:
                 blobs = install_blobs(store, bundle.blobs)
-                report = merge(cache, bundle.trials, bundle.signatures, bundle.references, source=str(path))
+                report = merge(cache, bundle.trials, bundle.signatures, bundle.references, source=str(path),
+                               remeasurements=bundle.remeasurements)
                 report.blobs = blobs
         finally:
             bundle.discard()

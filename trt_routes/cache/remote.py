@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trt_routes.artifacts import BlobStore
 from trt_routes.cache.bundle import BundleError, read_bundle, write_bundle
-from trt_routes.cache.merge import collect, exclusive, install_blobs, merge
+from trt_routes.cache.merge import collect, exclusive, install_blobs, merge, remeasurements_of
 from trt_routes.cache.store import CacheStore, now
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError, UsageError
@@ -175,15 +175,18 @@ class PushReport:
     segment: str | None = None
     engines: int = 0
     engines_present: int = 0
+    remeasurements: int = 0
     skipped: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def text(self) -> str:
-        if not self.trials and not self.engines:
+        if not self.trials and not self.engines and not self.remeasurements:
             return f"{self.url}: nothing to push (the remote has every trial and engine of this cache)"
         seg = f" as segment {self.segment[:12]}" if self.segment else ""
+        if self.remeasurements:
+            seg = f" and {self.remeasurements} re-measurement(s){seg}"
         return (f"{self.url}: pushed {self.trials} trial(s){seg} and {self.engines} engine(s) "
                 f"({self.engines_present} already there)")
 
@@ -200,8 +203,10 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
     with project.open_cache() as cache:
         pushed = set() if everything else _state(cache, remote.url, "trial")
         pushed_blobs = set() if everything else _state(cache, remote.url, "blob")
+        pushed_remeasurements = set() if everything else _state(cache, remote.url, "remeasurement")
         trials = [t for t in cache.all_trials() if t.id not in pushed]
         keep, signatures, refs, report.skipped = collect(cache, trials)
+        remeasured = [r for r in remeasurements_of(cache, None) if r["key"] not in pushed_remeasurements]
         wanted = {e.get("engine", {}).get("sha256", "") for e in lock.jobs.values()}
         if all_engines:
             wanted |= {t.engine_sha256 for t in keep}
@@ -217,15 +222,16 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
                 remote.put_file(store.path(sha), remote.blob_path(sha))
                 report.engines += 1
             state.append((remote.url, "blob", sha))
-        if keep:
+        if keep or remeasured:
             with tempfile.TemporaryDirectory(dir=project.cache_path.parent) as tmp:
                 local = Path(tmp) / "segment.tar.gz"
-                write_bundle(local, keep, signatures, refs, kind="segment")
+                write_bundle(local, keep, signatures, refs, kind="segment", remeasurements=remeasured)
                 sha = file_sha256(local)
                 if not remote.exists(remote.segment_path(sha)):
                     remote.put_file(local, remote.segment_path(sha))
-            report.segment, report.trials = sha, len(keep)
+            report.segment, report.trials, report.remeasurements = sha, len(keep), len(remeasured)
             state += [(remote.url, "segment", sha)] + [(remote.url, "trial", t.id) for t in keep]
+            state += [(remote.url, "remeasurement", r["key"]) for r in remeasured]
         remember(cache, remote, pulled=False)
         merge(cache, [], {}, state=state)  # the record of what the remote now holds, one transaction
     return report
@@ -286,8 +292,9 @@ def pull(project: Project, url: str, options: dict[str, str] | None = None) -> P
                     continue
                 install_blobs(store, bundle.blobs)
                 state = [(remote.url, "segment", sha)] + [(remote.url, "trial", t.id) for t in bundle.trials]
+                state += [(remote.url, "remeasurement", r["key"]) for r in bundle.remeasurements]
                 merged = merge(cache, bundle.trials, bundle.signatures, bundle.references, state=state,
-                               source=label)
+                               source=label, remeasurements=bundle.remeasurements)
             report.segments += 1
             report.added += merged.added
             report.present += merged.present
