@@ -96,6 +96,7 @@ def run(template: Path, workers: int, scratch: Path) -> dict[str, Any]:
     dest = scratch / f"w{workers}"
     shutil.copytree(template.parent, dest)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / f"inductor-w{workers}")  # cold compile caches
+    os.environ["TRITON_CACHE_DIR"] = str(scratch / f"triton-w{workers}")
     project = open_project(dest / "tuning.yaml")
     t0 = time.perf_counter()
     result = apply(project, ApplyOptions(workers=workers))
@@ -122,13 +123,21 @@ def main() -> None:
     args = ap.parse_args()
     counts = [int(x) for x in args.workers.split(",")]
     env = detect()
+    if args.backend == "torch-inductor":
+        import torch  # noqa: F401  (warms the OS file cache, so the first run does not pay a cold import alone)
     scratch = Path(tempfile.mkdtemp(prefix="trt-routes-scale-"))
     try:
         if args.backend == "onnxruntime":
             template = ort_project(scratch / "template")
         else:
             template = torch_project(scratch / "template", args.device)
-        rows = [run(template, n, scratch) for n in counts]
+        rows = []
+        for n in counts:  # each run reported as it ends (a time-limited run keeps what finished)
+            rows.append(run(template, n, scratch))
+            r = rows[-1]
+            print(f"workers={n}: {r['trials']} trials in {r['wall_s']:.1f} s, exit {r['exit_code']}", flush=True)
+            if args.json:
+                args.json.write_text(json.dumps({"backend": args.backend, "rows": rows}, indent=2, default=str))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     base = next((r for r in rows if r["workers"] == 1), rows[-1])
