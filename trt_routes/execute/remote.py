@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -30,10 +31,32 @@ RESULT_BLOBS = ("engine_sha256", "outputs_sha256", "inputs_sha256")
 CPU_IDENTITY = ("cpu_model", "arch", "os")
 
 
-def input_shas(task: Any) -> list[str]:
-    """Every blob a task reads from its store: its non-empty ``*_sha`` fields."""
-    return [v for f in dataclasses.fields(task) if f.name.endswith("_sha")
-            and isinstance(v := getattr(task, f.name), str) and v]
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+
+def input_shas(task: Any, store: BlobStore | None = None) -> list[str]:
+    """Every blob a task reads from its store: its non-empty ``*_sha`` fields and, given the store, any
+    other sha256 anywhere in the task (nested tuples, lists, dicts, dataclasses) that names a stored blob
+    (engines of a side-by-side re-measurement, for instance)."""
+    found = [v for f in dataclasses.fields(task) if f.name.endswith("_sha")
+             and isinstance(v := getattr(task, f.name), str) and v]
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            if store is not None and _SHA.match(value) and store.has(value):
+                found.append(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                walk(getattr(value, f.name))
+
+    walk(task)
+    return list(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
@@ -54,7 +77,7 @@ def ship(task: Any) -> tuple[Shipment, list[tuple[str, Path]]]:
         raise UsageError(f"the ray executor ships model files to its nodes; {model} is not a file "
                          "(an entry-point model?)", "run this job with the local executor (--executor local)")
     model_sha = hashlib.sha256(model.read_bytes()).hexdigest()
-    blobs = [(model_sha, model), *((sha, store.path(sha)) for sha in input_shas(task))]
+    blobs = [(model_sha, model), *((sha, store.path(sha)) for sha in input_shas(task, store) if sha != model_sha)]
     return Shipment(task, model.name, model_sha, tuple(sha for sha, _ in blobs)), blobs
 
 
@@ -184,6 +207,14 @@ def hosted_run(task: Any, timeout: float, env: dict[str, str]) -> TaskResult:
         return executor.run(task, timeout)
 
 
+def close_hosted() -> None:
+    """Stop this process's hosted workers (they also stop on their own when this process exits)."""
+    with _HOSTED_LOCK:
+        for executor in _HOSTED.values():
+            executor.close()
+        _HOSTED.clear()
+
+
 class HardwareMismatch(RuntimeError):
     """The task landed on a node whose hardware differs from its job's signature (retried elsewhere)."""
 
@@ -194,7 +225,8 @@ def run_shipped(shipment: Shipment, timeout: float, env: dict[str, str], blobs: 
     root = node_root()
     task, scratch = stage(shipment, blobs, root)
     try:
-        wrapped = Checked(task, expect) if expect else task
+        # trials and references check their node first; other tasks (re-measurements) run as they are
+        wrapped = Checked(task, expect) if expect and isinstance(task, (TrialTask, ReferenceTask)) else task
         result = hosted_run(wrapped, timeout, env)
         if result.meta.get("mismatch"):
             raise HardwareMismatch(result.error)

@@ -1,0 +1,80 @@
+"""The node side of the Ray executor without Ray: a task shipped as bytes (no shared disk) is staged on a
+"node" folder, runs unchanged in an isolated worker, and its engine and outputs come back as bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _project import make_project
+
+from trt_routes.apply import Applier, ApplyOptions, SilentReporter
+from trt_routes.artifacts import BlobStore
+from trt_routes.execute import remote
+from trt_routes.execute.local import LocalExecutor
+from trt_routes.project import open_project
+
+
+@pytest.fixture
+def node_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    node = tmp_path / "node"
+    monkeypatch.setenv("TRT_ROUTES_NODE_DIR", str(node))
+    yield node
+    remote.close_hosted()
+
+
+def test_a_shipped_trial_runs_on_a_node_that_shares_no_files(
+        node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    manifest = make_project(tmp_path / "p", tiny_models)
+    project = open_project(manifest)
+    job = project.jobs[0]
+    with project.open_cache() as cache, LocalExecutor() as executor:
+        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
+        ref = applier.reference(job)
+        task = applier.trial_task(job, "-graph_optimization_level=basic", ref)
+    shipment, blobs = remote.ship(task)
+    assert [sha for sha, _ in blobs] == [shipment.model_sha, *ref]
+    payload = [path.read_bytes() for _, path in blobs]
+    result, produced = remote.run_shipped(shipment, 60, {}, payload, job.target_data["device"])
+    assert result.status == "ok", result.error
+    assert set(produced) == {result.engine_sha256, result.outputs_sha256}
+    # the node staged its own copies: the model under its digest, nothing left from the task's scratch
+    assert (node_dir / "models" / shipment.model_sha / Path(job.model_path).name).is_file()
+    assert not any((node_dir / "tasks").iterdir())
+    fresh = BlobStore(tmp_path / "coordinator")
+    assert remote.receive(result, produced, fresh) is result
+    assert fresh.verify(result.engine_sha256) and fresh.verify(result.outputs_sha256)
+    # corrupted bytes on the way back are refused
+    bad = remote.receive(result, {result.engine_sha256: b"not an engine"}, BlobStore(tmp_path / "other"))
+    assert bad.status == "crashed" and "corrupted" in bad.error
+
+
+def test_a_node_that_does_not_match_the_signature_refuses_the_trial(
+        node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    manifest = make_project(tmp_path / "p", tiny_models)
+    project = open_project(manifest)
+    job = project.jobs[0]
+    with project.open_cache() as cache, LocalExecutor() as executor:
+        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
+        task = applier.trial_task(job, "", applier.reference(job))
+    shipment, blobs = remote.ship(task)
+    expect = {**job.target_data["device"], "cpu_model": "Some Other CPU"}
+    with pytest.raises(remote.HardwareMismatch, match=r"cpu_model .* \(wanted Some Other CPU\)"):
+        remote.run_shipped(shipment, 60, {}, [p.read_bytes() for _, p in blobs], expect)
+
+
+def test_every_stored_blob_a_task_names_is_shipped(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "store")
+    engine = store.put_bytes(b"engine bytes")
+    inputs = store.put_bytes(b"inputs")
+
+    @dataclasses.dataclass(frozen=True)
+    class Nested:
+        inputs_sha: str
+        engines: tuple[tuple[str, str], ...]
+        note: str = "f" * 64  # looks like a digest but names no stored blob
+
+    assert remote.input_shas(Nested(inputs, (("-a=1", engine),)), store) == [inputs, engine]
+    assert remote.input_shas(Nested(inputs, (("-a=1", engine),))) == [inputs]
