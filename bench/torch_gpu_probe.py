@@ -1,7 +1,8 @@
 """Where AOTInductor fails on a GPU machine: each step in a fresh process with faulthandler on, so a
 segfault names the Python frame it happened under.
 
-    python bench/torch_gpu_probe.py            # raw torch AOTI, then the backend's build/load/run
+    python bench/torch_gpu_probe.py                  # raw torch AOTI, the backend's build/load/run, jit then aot
+    python bench/torch_gpu_probe.py --load-variants  # legacy aot_load, single-threaded loader, bare .so runner
 """
 
 from __future__ import annotations
@@ -73,10 +74,36 @@ print("run ok", r.run(x)["output"].shape, "time", np.median(r.time(x, 5, 20, 2))
 """
 
 
-def step(name: str, code: str) -> bool:
+LOAD_VARIANTS = """
+import faulthandler, glob, os, sys, zipfile, torch, torch._inductor
+faulthandler.enable()
+m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)).eval().cuda().half()
+x = torch.randn(8, 64, device="cuda", dtype=torch.half)
+variant, tmp = sys.argv[2], sys.argv[1]
+with torch.no_grad():
+    if variant == "legacy":  # torch._export.aot_compile + aot_load: the container runner, no package loader
+        so = torch._export.aot_compile(m, (x,))
+        print("compiled", so, flush=True)
+        run = torch._export.aot_load(so, device="cuda")
+        print("legacy aot_load ok", tuple(run(x).shape), flush=True)
+    else:
+        path = torch._inductor.aoti_compile_and_package(torch.export.export(m, (x,)), package_path=tmp + "/m.pt2")
+        if variant == "single":
+            f = torch._inductor.aoti_load_package(path, run_single_threaded=True, device_index=0)
+            print("single-threaded package load ok", tuple(f(x).shape), flush=True)
+        else:  # the package's .so through the CUDA container runner directly
+            zipfile.ZipFile(path).extractall(tmp + "/x")
+            so = glob.glob(tmp + "/x/**/*.so", recursive=True)[0]
+            runner = torch._C._aoti.AOTIModelContainerRunnerCuda(so, 1, "cuda", os.path.dirname(so))
+            print("extracted .so runner ok", [tuple(t.shape) for t in runner.run([x])], flush=True)
+"""
+
+
+def step(name: str, code: str, *extra: str) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.time()
-        proc = subprocess.run([sys.executable, "-c", code, tmp], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([sys.executable, "-c", code, tmp, *extra], capture_output=True, text=True,
+                              timeout=300)
         out = (proc.stdout + proc.stderr).strip().splitlines()
         print(f"== {name}: exit {proc.returncode} in {time.time() - t0:.0f} s")
         print("\n".join(line for line in out if "Warning" not in line and "return cls" not in line)[-3000:])
@@ -84,6 +111,9 @@ def step(name: str, code: str) -> bool:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--load-variants"]:  # which way of loading an AOTInductor model works here
+        results = [step(f"load variant {v}", LOAD_VARIANTS, v) for v in ("legacy", "single", "so")]
+        sys.exit(0 if any(results) else 1)
     ok = step("raw torch AOTInductor on cuda:0", RAW)
     ok = step("torch-inductor backend, mode aot", BACKEND) and ok
     ok = step("jit with CUDA graphs, then AOTInductor, in one process", SEQUENCE) and ok
