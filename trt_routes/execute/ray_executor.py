@@ -125,6 +125,8 @@ class RayExecutor:
                 slots = min(slots, int(total.get("GPU", 0)))
             else:
                 slots = min(slots, int(total.get("CPU", 0)) // self.config.cpus_per_trial)
+            if self.config.workers:  # --workers caps the trials in flight per target
+                slots = min(slots, self.config.workers)
             self._capacity[name] = slots
         return self._capacity[name]
 
@@ -152,7 +154,8 @@ class RayExecutor:
                 cpu = info["cpu"]
                 node_cpus = int(nodes.get(info["node"], {}).get("Resources", {}).get("CPU", 1))
                 per = self.config.cpus_per_trial
-                share = (max(1, node_cpus // per), per) if node_cpus // per > 1 else (1, None)
+                together = min(node_cpus // per, self.config.workers or node_cpus)  # trials sharing a node
+                share = (together, per) if together > 1 else (1, None)
             else:
                 gpus.extend(g for g in info["gpus"] if g not in gpus)
         return Environment(cpu=cpu, gpus=tuple(gpus)), share
