@@ -150,7 +150,8 @@ def test_full_manifest_loads_every_feature(tmp_path: Path) -> None:
     assert loaded.text == FULL
 
     assert m.paths.cache == "caches/t.sqlite"
-    assert m.measurement.key_fields() == {"warmup": 5, "iterations": 30, "repeats": 3, "seed": 7}
+    assert m.measurement.key_fields() == {"warmup": 5, "iterations": 30, "repeats": 3, "seed": 7,
+                                          "settle": {"window": 5, "tolerance": 0.05, "max_runs": 200}}
     assert m.measurement.timeout_s == 120
     assert m.targets["h200"].name == "*H200*"
     assert m.targets["hopper"].compute_capability == "9.0"

@@ -48,7 +48,7 @@ FAILED = Outcome(ok=False, median_ms=None)
 
 
 def test_modes() -> None:
-    assert MODES == ("fast", "full", "mixed")
+    assert MODES == ("adaptive", "fast", "full", "mixed")
 
 
 def test_three_on_off_knobs_fast_is_baseline_then_one_knob_at_a_time() -> None:
@@ -130,7 +130,7 @@ def test_make_search_validates_against_catalog() -> None:
 def test_expand_refuses_mixed() -> None:
     with pytest.raises(RouteError) as info:
         routes("mixed", THREE_ON_OFF)
-    assert "phase 2 needs phase-1 measurements" in info.value.message
+    assert "cannot be listed ahead of time" in info.value.message
     assert info.value.hint is not None and "`fast`" in info.value.hint
 
 

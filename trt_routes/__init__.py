@@ -3,4 +3,5 @@
 __version__ = "0.1.0"
 
 #: Version of the measurement protocol: bump when timing or accuracy code changes meaning.
-PROTOCOL_VERSION = "1"
+#: 2: warm-up until timings settle (measurement.settle), then the timed repeats; noise context in meta.
+PROTOCOL_VERSION = "2"

@@ -12,19 +12,24 @@ from filelock import FileLock, Timeout
 
 from trt_routes import canonical
 from trt_routes.backends import registry
+from trt_routes.cache import facts
 from trt_routes.cache.remote import fetch_blob
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.confirm import Remeasurement, Request, remeasure_key, schedule
 from trt_routes.errors import UsageError
 from trt_routes.execute.base import Executor
-from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.execute.protocol import settle_spec
+from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
 from trt_routes.jobs import Job
+from trt_routes.jobsearch import JobSearch, finish_search, job_search, selection_key
 from trt_routes.lockfile import Lockfile
 from trt_routes.measure import timing_stats
 from trt_routes.plan import JobPlan, Plan, candidates_key, make_plan, outcomes
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
-from trt_routes.search import Search, cached_search
+from trt_routes.search import Search
 from trt_routes.select import DEFAULT_ROUTE, Selection, select
+from trt_routes.selection import final_selection
 
 EXIT_OK, EXIT_WORK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 1, 2, 3, 4
 
@@ -110,7 +115,8 @@ def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list
 
 
 def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
-    stats = timing_stats(result.samples, seed=job.measurement.seed) if result.samples else None
+    stats = timing_stats(result.samples, seed=job.measurement.seed,
+                         block=job.measurement.iterations) if result.samples else None
     return TrialRecord(
         id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
         signature=job.signature.hash if job.signature else "", backend=job.backend,
@@ -166,6 +172,7 @@ class Applier:
             inputs_sha=ref[0], reference_sha=ref[1], l0_params=job.l0_params,
             warmup=job.measurement.warmup, iterations=job.measurement.iterations,
             repeats=job.measurement.repeats, seed=job.measurement.seed,
+            settle=settle_spec(job.measurement.settle),
         )
 
     def run_trial(self, job: Job, route: str, ref: tuple[str, str]) -> TrialRecord:
@@ -222,10 +229,11 @@ class Applier:
             if jp.action == "tune":
                 assert job.expression is not None and job.catalog is not None
                 ref = self.reference(job)
-                search = cached_search(job.strategy.mode, job.expression, job.catalog)
+                search = self.job_search(job, trials)
                 budget = job.strategy.max_builds
                 self.reporter.job_start(job, len(jp.to_build))
                 built = self.search_loop(job, search, trials, ref, budget)
+                self.search_done(job, search, trials)
                 cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, self.lookup))]
                 cands = [r for r in dict.fromkeys(cands) if r in trials]
             else:
@@ -233,7 +241,7 @@ class Applier:
             outcome.built = built
             outcome.reused = sum(1 for r in cands if r in trials) - built
             outcome.failed = sum(1 for r in cands if r in trials and trials[r].status != "ok")
-            sel = select(trials, cands, job.tolerance, self.lookup)
+            sel = self.confirm_selection(job, trials, select(trials, cands, job.tolerance, self.lookup))
             outcome.selection = sel
             if sel.winner is None:
                 raise _JobFailed(sel.summary)
@@ -253,6 +261,59 @@ class Applier:
             outcome.error = str(exc)
         outcome.seconds = time.perf_counter() - start
         return outcome
+
+    # -- search budget and confirmation (trt_routes.jobsearch, trt_routes.confirm) -------------------
+    def job_search(self, job: Job, trials: dict[str, TrialRecord]) -> JobSearch:
+        """The job's strategy, warm-started and under its budget (recorded as it starts)."""
+        return job_search(job, self.cache, trials, running=True)
+
+    def search_done(self, job: Job, search: Search, trials: dict[str, TrialRecord]) -> None:
+        if isinstance(search, JobSearch):
+            finish_search(self.cache, job, search, outcomes(trials, job.tolerance, self.lookup))
+
+    def confirm_selection(self, job: Job, trials: dict[str, TrialRecord], sel: Selection) -> Selection:
+        """``sel`` after side-by-side confirmation: re-measures what the cache lacks (stored, so a later
+        apply or plan re-decides without measuring), then decides (``trt_routes.selection``)."""
+        entry = self.lock.jobs.get(job.name)
+        for _ in range(3):  # against the default, then possibly against the locked winner
+            final, requests = final_selection(job, trials, [], self.cache, entry, raw=sel)
+            if not requests:
+                return final
+            for request in requests:
+                failure = self.remeasure(job, trials, request)
+                if failure is not None:
+                    self.reporter.message(f"{job.name}: side-by-side re-measurement failed ({failure}); "
+                                          "the raw selection stands for this run")
+                    return sel
+        return final
+
+    def remeasure(self, job: Job, trials: dict[str, TrialRecord], request: Request) -> str | None:
+        """Run one side-by-side re-measurement in one worker and store it; None, or why it failed."""
+        settings = job.strategy.confirm
+        assert settings is not None
+        routes = [request.baseline, *request.challengers]
+        ref = self.reference(job)
+        for route in routes:
+            sha = trials[route].engine_sha256
+            if not self.store.has(sha) and not fetch_blob(self.cache, self.store, sha, self.reporter.message):
+                trials[route] = self.run_trial(job, route, ref)
+                if trials[route].status != "ok":
+                    return f"rebuilding {describe(route)} failed: {trials[route].error}"
+        engines = tuple((r, job.build_spec(route_dict(r)), trials[r].engine_sha256) for r in routes)
+        task = RemeasureTask(
+            backend=job.backend, spec=engines[0][1], store_root=str(self.store.root), inputs_sha=ref[0],
+            engines=engines, order=tuple(schedule(request.baseline, request.challengers, settings.rounds)),
+            iterations=settings.iterations, warmup=job.measurement.warmup,
+            settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms)
+        result = self.executor.run(task, job.measurement.timeout_s * (1 + len(routes)))
+        if result.status != "ok":
+            return f"{result.status}: {result.error}"
+        meta = {k: v for k, v in result.meta.items() if k != "slots"}
+        m = Remeasurement(request.baseline, request.challengers,
+                          tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
+        facts.add_remeasurement(self.cache, remeasure_key(job.group_key, request.baseline, request.challengers,
+                                                          settings), job.group_key, job.name, m.to_json())
+        return None
 
     def lock_entry(self, job: Job, sel: Selection, winner: TrialRecord, cands: list[str],
                    outcome: JobOutcome) -> dict[str, Any]:
@@ -290,6 +351,7 @@ class Applier:
             "engine": {"sha256": winner.engine_sha256, "path": self.project.rel(dest),
                        "size": dest.stat().st_size},
             "trials": entry_counts,
+            "selection": {"key": selection_key(job), "confirmation": canonical.normalize(sel.confirmation)},
         }
 
     def commit(self, job: Job, entry: dict[str, Any], durable: bool) -> None:

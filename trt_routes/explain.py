@@ -16,12 +16,13 @@ import numpy as np
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import UsageError
 from trt_routes.jobs import Job
+from trt_routes.jobsearch import job_search
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
-from trt_routes.search import cached_search
-from trt_routes.select import DEFAULT_ROUTE, Selection, select
+from trt_routes.select import DEFAULT_ROUTE, Selection
+from trt_routes.selection import confirmation_lines, final_selection
 
 CONFIDENCE = 0.95
 _RESAMPLES = 2000
@@ -146,9 +147,9 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
     sel = None
     if trials and job.expression is not None and job.catalog is not None:
         lookup = LossLookupFromBlobs(cache, project.store)
-        search = cached_search(job.strategy.mode, job.expression, job.catalog)
+        search = job_search(job, cache, trials)
         cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, lookup))]
-        sel = select(trials, cands, job.tolerance, lookup)
+        sel, pending = final_selection(job, trials, cands, cache, entry, lookup)
     others = [t for t in cache.trials_for_job(job.name) if t.group_key != job.group_key]
     ordered = sorted(trials.values(), key=lambda t: (t.median_ms is None, t.median_ms or 0, t.route))
     ex = Explanation(job=job, selection=sel, trials=ordered, lock=entry, decisions=cache.decisions(job.name),
@@ -156,6 +157,7 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
                      other_groups=len({t.group_key for t in others}))
     if sel is not None:
         ex.margin, ex.decision = _decision(job, sel, trials, entry)
+        ex.decision += confirmation_lines(sel, pending)
     ex.provenance = _provenance(job, trials, sel)
     ex.older = _older_groups(job, others, cache)
     return ex

@@ -137,6 +137,19 @@ class Landscape:
             raise KeyError(route)
         return draw_blocks(r.samples_ms, iterations, repeats, rng)
 
+    def draw_at(self, route: str, position: float, iterations: int) -> list[float]:
+        """``iterations`` consecutive recorded samples starting at ``position`` (0 to 1) of the recording.
+
+        Recordings made by ``bench/record_landscape.py`` hold every route's samples in the same
+        interleaved rounds, so one position is one moment for all routes: side-by-side re-measurements
+        drawn at one position share that moment's contention, as interleaved slots do on hardware."""
+        r = self.routes[route]
+        if r.status != "ok":
+            raise KeyError(route)
+        n = len(r.samples_ms)
+        start = int(position * n) % n
+        return [float(r.samples_ms[(start + i) % n]) for i in range(iterations)]
+
     def to_json(self) -> dict[str, Any]:
         return self.data.model_dump(mode="json", by_alias=True)
 

@@ -122,10 +122,15 @@ class TimingStats:
 
 
 def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resamples: int = 500,
-                 seed: int = 0) -> TimingStats:
+                 seed: int = 0, block: int = 0) -> TimingStats:
     """Median, mean, sample standard deviation and a seeded bootstrap percentile interval of the
     median. The interval is widened, if need be, to contain the sample median itself (resampling
-    noise can leave it a hair outside). Raises ValueError on empty or non-finite samples."""
+    noise can leave it a hair outside). Raises ValueError on empty or non-finite samples.
+
+    ``block``: the samples come in consecutive runs of that many (the protocol's repeats of
+    ``iterations`` timed runs); whole runs are resampled (a block bootstrap), so the interval also
+    covers how much repeats differ from each other (drift, sessions of a launch-bound route), which
+    resampling single samples as if independent would hide. Needs at least two whole blocks."""
     x = np.asarray(samples, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("no timing samples")
@@ -140,7 +145,9 @@ def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resample
     if n == 1:
         low = high = median
     else:
-        medians = _bootstrap_medians(x, resamples, seed)
+        blocks = n // block if block > 0 else 0
+        medians = (_block_bootstrap_medians(x[: blocks * block].reshape(blocks, block), resamples, seed)
+                   if blocks >= 2 else _bootstrap_medians(x, resamples, seed))
         tail = (1.0 - confidence) / 2.0
         low, high = (float(v) for v in np.quantile(medians, [tail, 1.0 - tail]))
     return TimingStats(
@@ -152,6 +159,19 @@ def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resample
         ci_high=max(high, median),
         min=float(x.min()),
     )
+
+
+def _block_bootstrap_medians(blocks: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Medians of ``resamples`` seeded resamples of whole rows of ``blocks``."""
+    rng = np.random.default_rng(seed)
+    nb, size = blocks.shape
+    rows = max(1, _BOOTSTRAP_CHUNK // (nb * size))
+    parts = []
+    for start in range(0, resamples, rows):
+        count = min(rows, resamples - start)
+        pick = rng.integers(0, nb, size=(count, nb))
+        parts.append(np.median(blocks[pick].reshape(count, nb * size), axis=1))
+    return np.concatenate(parts)
 
 
 def _bootstrap_medians(x: np.ndarray, resamples: int, seed: int) -> np.ndarray:

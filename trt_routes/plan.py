@@ -11,11 +11,13 @@ from typing import Any
 from trt_routes import canonical
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
+from trt_routes.jobsearch import job_search, selection_key
 from trt_routes.lockfile import Lockfile
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.routes import describe
-from trt_routes.search import Outcome, cached_search
-from trt_routes.select import DEFAULT_ROUTE, LossLookup, gate, select
+from trt_routes.search import Outcome
+from trt_routes.select import DEFAULT_ROUTE, LossLookup, gate
+from trt_routes.selection import describe_requests, final_selection
 
 ACTIONS = ("up-to-date", "tune", "reselect", "materialize", "blocked", "skipped")
 
@@ -62,7 +64,7 @@ def outcomes(trials: dict[str, TrialRecord], tolerance: Tolerance,
     """What a search sees of cached trials: ok (built, finite, within tolerance) and the median."""
     return {
         route: Outcome(ok=t.status == "ok" and t.median_ms is not None and not gate(t, tolerance, lookup),
-                       median_ms=t.median_ms)
+                       median_ms=t.median_ms, ci_low=t.ci_low, ci_high=t.ci_high)
         for route, t in trials.items()
     }
 
@@ -110,7 +112,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     if job.blocked:
         return JobPlan(job, "skipped" if job.block_kind == "absent" else "blocked", (job.blocked,))
     assert job.expression is not None and job.catalog is not None
-    search = cached_search(job.strategy.mode, job.expression, job.catalog)
+    search = job_search(job, cache, cache.routes(job.group_key))
     entry = lock.jobs.get(job.name)
     if search.static and entry is not None and _keys_match(job, entry):
         static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
@@ -141,13 +143,15 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
         if pending:
             reasons.append(pending)
         return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands)
-    sel = select(trials, list(cands), job.tolerance, lookup)
+    cands = tuple(r for r in cands if r in trials)  # what apply selects among (a budget can leave routes out)
+    sel, requests = final_selection(job, trials, list(cands), cache, entry, lookup)
     if entry is None:
         if sel.winner is None:
             return JobPlan(job, "reselect", (f"no eligible route among {len(cands)} cached trials: loosen tolerance "
                                              f"'{job.tolerance_name}' or change the switch group",), (), reused, None,
                            cands)
-        return JobPlan(job, "reselect", (f"every route is cached ({len(cands)}): select and lock, no builds",),
+        return JobPlan(job, "reselect", (f"every route is cached ({len(cands)}): select and lock, no builds",
+                                         *([describe_requests(requests)] if requests else [])),
                        (), reused, None, cands)
     reasons = []
     if entry.get("group_key") != job.group_key:
@@ -159,7 +163,11 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
         reasons.append("candidate routes changed (switch group or strategy)")
     if entry.get("strategy") != {"name": job.strategy_name, "mode": job.strategy.mode}:
         reasons.append(f"strategy changed to '{job.strategy_name}' ({job.strategy.mode})")
-    if (entry.get("route") if entry.get("status") == "ok" else None) != sel.winner:
+    if (entry.get("selection") or {}).get("key") != selection_key(job):
+        reasons.append("selection rule changed (confirmation settings)")
+    if requests:
+        reasons.append(describe_requests(requests))
+    elif (entry.get("route") if entry.get("status") == "ok" else None) != sel.winner:
         reasons.append(f"winner changed: {describe(entry.get('route') or '')} -> "
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
@@ -170,7 +178,8 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
 def _keys_match(job: Job, entry: dict[str, Any]) -> bool:
     return (entry.get("status") == "ok" and entry.get("group_key") == job.group_key
             and entry.get("tolerance_key") == job.tolerance_key
-            and entry.get("strategy") == {"name": job.strategy_name, "mode": job.strategy.mode})
+            and entry.get("strategy") == {"name": job.strategy_name, "mode": job.strategy.mode}
+            and (entry.get("selection") or {}).get("key") == selection_key(job))
 
 
 def _engine_check(job: Job, entry: dict[str, Any], root: Path, reused: int,

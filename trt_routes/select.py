@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.manifest.schema import Check, Tolerance
@@ -42,6 +43,8 @@ class Selection:
     summary: str
     rule: str = RULE
     missing: tuple[str, ...] = field(default_factory=tuple)
+    #: the side-by-side confirmation that decided (``trt_routes.confirm``), JSON-ready; None without one
+    confirmation: dict[str, Any] | None = None
 
     @property
     def speedup(self) -> float | None:

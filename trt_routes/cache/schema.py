@@ -44,7 +44,24 @@ def _v2(db: sqlite_utils.Database) -> None:
                               pk=("remote", "kind", "key"))
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2]
+def _v3(db: sqlite_utils.Database) -> None:
+    """Measurement and search: side-by-side re-measurements that confirm winners (keyed by job group,
+    routes and re-measurement protocol), and per job group and strategy the state of its search (the
+    warm-start routes it was given, builds and minutes spent, whether it stopped at its budget)."""
+    db["remeasurements"].create(
+        {"key": str, "group_key": str, "job": str, "baseline": str, "challengers": str, "data": str,
+         "created_at": str, "host": str, "tool_version": str},
+        pk="key", not_null={"group_key", "baseline", "challengers", "data"},
+    )
+    db["remeasurements"].create_index(["group_key"])
+    db["searches"].create(
+        {"group_key": str, "strategy_key": str, "job": str, "warm": str, "state": str, "builds": int,
+         "seconds": float, "updated_at": str},
+        pk=("group_key", "strategy_key"), not_null={"state"},
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

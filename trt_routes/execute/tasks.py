@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_routes.backends.base import BuildSpec
+from trt_routes.execute.protocol import SettleSpec
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class TrialTask:
     iterations: int
     repeats: int
     seed: int = 0
+    settle: SettleSpec = field(default_factory=SettleSpec)  # warm-up until settled (window 0: fixed only)
 
 
 @dataclass(frozen=True)
@@ -51,3 +53,23 @@ class TaskResult:
     outputs_sha256: str = ""
     inputs_sha256: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RemeasureTask:
+    """Load already-built engines once and time them interleaved in ``order`` (route names, repeating),
+    ``iterations`` timed runs per slot, each engine warmed up (fixed, then until settled) first.
+
+    ``spec`` is the first route's BuildSpec (executors read the target device from it)."""
+
+    backend: str
+    spec: BuildSpec
+    store_root: str
+    inputs_sha: str
+    engines: tuple[tuple[str, BuildSpec, str], ...]  # (route, spec, engine sha256)
+    order: tuple[str, ...]
+    iterations: int
+    warmup: int = 0
+    settle: SettleSpec = field(default_factory=SettleSpec)
+    keep_samples: bool = False  # also return every slot's samples (the landscape recorder wants them)
+    slot_ms: float = 0.0  # a slot lasts at least this long: iterations raised from the first engine's timing

@@ -6,7 +6,6 @@ Anything that goes wrong inside a task becomes a TaskResult; only a crash of the
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -19,7 +18,9 @@ import numpy as np
 from trt_routes import measure
 from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
-from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.execute.protocol import NoiseContext, timed_samples
+from trt_routes.execute.remeasure import run_remeasure
+from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
            "bool": np.bool_}
@@ -71,6 +72,7 @@ def run_trial(task: TrialTask) -> TaskResult:
         build_s = time.perf_counter() - t0
         engine_sha = store.put_file(engine_tmp, move=True)
         t1 = time.perf_counter()
+        noise = NoiseContext(task.spec.target)
         feeds = store.get_arrays(task.inputs_sha)
         reference = store.get_arrays(task.reference_sha)
         runner = backend.load(store.path(engine_sha), task.spec)
@@ -83,9 +85,10 @@ def run_trial(task: TrialTask) -> TaskResult:
             result.status = "accuracy-failed"
             result.error = f"non-finite values in output(s) {', '.join(bad)}"
         else:
-            result.samples = runner.time(feeds, task.warmup, task.iterations, task.repeats)
+            result.samples, result.meta = timed_samples(runner, feeds, task.warmup, task.iterations,
+                                                        task.repeats, task.settle)
         result.measure_s = time.perf_counter() - t1
-        result.meta = {"loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+        result.meta.update(noise.finish())
         return result
     finally:
         for leftover in work.iterdir():  # one scratch folder per worker, emptied after each trial
@@ -122,6 +125,8 @@ def serve(conn: Connection) -> None:
                 result = run_trial(task)
             elif isinstance(task, ReferenceTask):
                 result = run_reference(task)
+            elif isinstance(task, RemeasureTask):
+                result = run_remeasure(task)
             elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
                 result = task.execute()
             else:

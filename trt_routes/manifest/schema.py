@@ -100,11 +100,63 @@ class Tolerance(Strict):
         return self.outputs.get(output, self.checks)
 
 
-class Strategy(Strict):
-    """A named search strategy. ``fast``/``full``/``mixed`` follow trtexec's semantics."""
+class Confirm(Strict):
+    """Side-by-side confirmation of a non-default winner (the selection rule; not part of any trial key).
 
-    mode: Literal["fast", "full", "mixed"] = "fast"
-    max_builds: int | None = Field(default=None, ge=1)
+    The best ``candidates`` eligible routes are re-measured interleaved with the default route
+    (A B A C A D A B ...) in one worker, ``rounds`` times ``iterations`` timed runs each. A route wins
+    only when its time ratio to the default (the median of the per-round ratios) is below 1 - ``margin``
+    and the upper end of its ``confidence`` interval is below 1: it beats the default by more than the
+    margin and by more than the measured noise. A locked winner is replaced the same way only."""
+
+    candidates: int = Field(default=3, ge=1, le=16, description="challengers re-measured against the default")
+    margin: float = Field(default=0.02, ge=0, lt=1, description="required gain over the default (0.02: 2%)")
+    rounds: int = Field(default=15, ge=3, le=1000, description="interleaved rounds")
+    iterations: int = Field(default=10, ge=1, description="timed runs per route per round (at least)")
+    slot_ms: float = Field(default=20.0, ge=0, description="each route's turn in a round lasts at least this "
+                           "long: fast routes get more runs per turn (sized from the baseline's timing)")
+    confidence: float = Field(default=0.95, gt=0.5, lt=1, description="of the ratio's bootstrap interval, "
+                              "split over the challengers (Bonferroni)")
+
+
+class Strategy(Strict):
+    """A named search strategy. ``fast``/``full``/``mixed`` follow trtexec's semantics (which routes are
+    built); ``adaptive`` (the default) screens knobs one at a time, keeps the ones whose gain exceeds the
+    noise, then searches combinations of those, warm-started from related jobs' winners."""
+
+    mode: Literal["adaptive", "fast", "full", "mixed"] = "adaptive"
+    max_builds: int | None = Field(default=None, ge=1, description="new builds the search may spend in "
+                                   "total (cached trials are free); raise it to let a stopped search go on")
+    max_minutes: float | None = Field(default=None, gt=0, description="search time it may spend in total")
+    min_gain: float = Field(default=0.01, ge=0, lt=1, description="adaptive: a knob is positive when its "
+                            "one-knob route beats the default by more than this and by more than the noise")
+    warm_start: bool = Field(default=True, description="adaptive: also try routes that won for related "
+                             "jobs (same model at other shapes or targets, other models on this target)")
+    confirm: Confirm | None = Field(default_factory=Confirm, description="false: trtexec's rule, the lowest "
+                                    "median wins with a strict <")
+
+    @field_validator("confirm", mode="before")
+    @classmethod
+    def _confirm_switch(cls, v: object) -> object:
+        if v is False:
+            return None
+        return {} if v is True else v
+
+    @model_validator(mode="after")
+    def _adaptive_only(self) -> Strategy:
+        extra = sorted({"min_gain", "warm_start"} & self.model_fields_set)
+        if self.mode != "adaptive" and extra:
+            raise ValueError(f"{' and '.join(extra)}: only mode adaptive takes it, not mode {self.mode}")
+        return self
+
+
+class Settle(Strict):
+    """Warm-up until timings settle: windows of ``window`` untimed runs until a window's median is within
+    ``tolerance`` of the previous window's, at most ``max_runs`` runs (then timing starts anyway)."""
+
+    window: int = Field(default=5, ge=2)
+    tolerance: float = Field(default=0.05, gt=0, lt=1)
+    max_runs: int = Field(default=200, ge=2)
 
 
 class Measurement(Strict):
@@ -115,10 +167,19 @@ class Measurement(Strict):
     repeats: int = Field(default=5, ge=1)
     timeout_s: float = Field(default=300.0, gt=0, description="per trial (build + measure); not in the key")
     seed: int = 0
+    settle: Settle | None = Field(default_factory=lambda: Settle(), description="after `warmup`, warm up "
+                                  "until timings settle (bounded); false: the fixed warm-up only")
 
-    def key_fields(self) -> dict[str, int]:
+    @field_validator("settle", mode="before")
+    @classmethod
+    def _settle_switch(cls, v: object) -> object:
+        if v is False:
+            return None
+        return {} if v is True else v
+
+    def key_fields(self) -> dict[str, object]:
         return {"warmup": self.warmup, "iterations": self.iterations, "repeats": self.repeats,
-                "seed": self.seed}
+                "seed": self.seed, "settle": self.settle.model_dump() if self.settle else None}
 
 
 class Target(Strict):
@@ -214,7 +275,7 @@ class Manifest(Strict):
     measurement: Measurement = Field(default_factory=Measurement)
     targets: dict[Name, Target] = Field(default_factory=lambda: {"cpu": Target(kind="cpu")})
     switch_groups: dict[Name, str] = Field(default_factory=dict)
-    strategies: dict[Name, Strategy] = Field(default_factory=lambda: {"fast": Strategy(mode="fast")})
+    strategies: dict[Name, Strategy] = Field(default_factory=lambda: {"adaptive": Strategy()})
     tolerances: dict[Name, Tolerance] = Field(default_factory=dict)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     models: dict[Name, Model] = Field(min_length=1)
@@ -249,7 +310,8 @@ class Manifest(Strict):
             targets=m.targets if m.targets is not None else (
                 d.targets if d.targets is not None else list(self.targets)),
             switch_group=m.switch_group or d.switch_group,
-            strategy=m.strategy or d.strategy or ("fast" if "fast" in self.strategies else None),
+            strategy=m.strategy or d.strategy or next((n for n in ("adaptive", "fast") if n in self.strategies),
+                                                      None),
             tolerance=m.tolerance or d.tolerance,
             settings={**d.settings, **(m.settings or {})},
         )
@@ -257,7 +319,7 @@ class Manifest(Strict):
     def strategy_for(self, model: str) -> tuple[str, Strategy]:
         name = self.effective(model).strategy
         if name is None:
-            return "fast", Strategy(mode="fast")
+            return "adaptive", Strategy()
         return name, self.strategies[name]
 
 

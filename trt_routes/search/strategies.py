@@ -1,4 +1,5 @@
-"""trtexec's search strategies over a tuning expression: fast, full and mixed.
+"""trtexec's search strategies over a tuning expression: fast, full and mixed; the registry of every
+strategy (``adaptive``, trt-routes' own, lives in ``trt_routes.search.adaptive``).
 
 Pinned tokens apply to every route; routes are canonical, so one equal to the default is ``""``."""
 
@@ -14,7 +15,7 @@ from trt_routes.errors import RouteError
 from trt_routes.routes import Expression, Token, canonical, validate_expression
 from trt_routes.search.base import Outcome, Search, unique
 
-MODES = ("fast", "full", "mixed")
+MODES = ("adaptive", "fast", "full", "mixed")
 
 
 class _Routes:
@@ -114,6 +115,12 @@ class MixedSearch(Search):
         return sum(1 for r in self.phase1.routes if r not in known)
 
 
+def _adaptive(expr: Expression, catalog: Catalog, warm: tuple[str, ...], min_gain: float) -> Search:
+    from trt_routes.search.adaptive import AdaptiveSearch
+
+    return AdaptiveSearch(expr, catalog, warm, min_gain)
+
+
 _STRATEGIES: dict[str, Callable[[Expression, Catalog], Search]] = {
     "fast": FastSearch,
     "full": FullSearch,
@@ -121,28 +128,33 @@ _STRATEGIES: dict[str, Callable[[Expression, Catalog], Search]] = {
 }
 
 
-def make_search(mode: str, expr: Expression, catalog: Catalog) -> Search:
-    """The strategy for ``mode`` over ``expr``, after checking the expression against the catalog."""
-    strategy = _STRATEGIES.get(mode)
-    if strategy is None:
+def make_search(mode: str, expr: Expression, catalog: Catalog, *, warm: tuple[str, ...] = (),
+                min_gain: float = 0.01) -> Search:
+    """The strategy for ``mode`` over ``expr``, after checking the expression against the catalog.
+
+    ``warm`` (routes that won for related jobs) and ``min_gain`` are used by ``adaptive`` only."""
+    if mode not in MODES:
         close = difflib.get_close_matches(mode, MODES, n=1)
         hint = f"did you mean `{close[0]}`? " if close else ""
         raise RouteError(f"unknown search mode `{mode}`", f"{hint}modes: {', '.join(MODES)}")
     validate_expression(expr, catalog)
-    return strategy(expr, catalog)
+    if mode == "adaptive":
+        return _adaptive(expr, catalog, warm, min_gain)
+    return _STRATEGIES[mode](expr, catalog)
 
 
 @functools.lru_cache(maxsize=256)
-def cached_search(mode: str, expr: Expression, catalog: Catalog) -> Search:
+def cached_search(mode: str, expr: Expression, catalog: Catalog, warm: tuple[str, ...] = (),
+                  min_gain: float = 0.01) -> Search:
     """``make_search`` memoized: strategies are stateless, so jobs sharing a switch group share one."""
-    return make_search(mode, expr, catalog)
+    return make_search(mode, expr, catalog, warm=warm, min_gain=min_gain)
 
 
 def expand(mode: str, expr: Expression, catalog: Catalog) -> list[str]:
     """Every route a static mode (fast, full) will measure, for ``--dry-run``."""
-    if mode == "mixed":
+    if mode in ("mixed", "adaptive"):
         raise RouteError(
-            "search mode `mixed` cannot be listed ahead of time: its phase 2 needs phase-1 measurements",
-            "use mode `fast` to list phase 1, or `full` to list every combination",
+            f"search mode `{mode}` cannot be listed ahead of time: what it builds next depends on what "
+            "it measured", "use mode `fast` to list the first phase, or `full` to list every combination",
         )
     return make_search(mode, expr, catalog).candidates({})

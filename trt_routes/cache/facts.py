@@ -1,0 +1,81 @@
+"""Cache rows beside the trials: side-by-side re-measurements, search states and related jobs' winners.
+
+Plain JSON in and out (``trt_routes.confirm`` and ``trt_routes.jobsearch`` give it meaning). Writes are
+the coordinator's, each in its own transaction; a corrupt row reads as missing."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from trt_routes import __version__
+from trt_routes.cache.store import CacheStore, now
+
+
+def add_remeasurement(cache: CacheStore, key: str, group_key: str, job: str, data: Mapping[str, Any]) -> None:
+    """Store one re-measurement (``Remeasurement.to_json()``); an existing key is kept (facts are immutable)."""
+    with cache.db.conn:
+        cache.db["remeasurements"].insert(
+            {"key": key, "group_key": group_key, "job": job, "baseline": data["baseline"],
+             "challengers": json.dumps(list(data["challengers"])), "data": json.dumps(data, allow_nan=False),
+             "created_at": now(), "host": socket.gethostname(), "tool_version": __version__},
+            pk="key", ignore=True,
+        )
+
+
+def remeasurement(cache: CacheStore, key: str) -> dict[str, Any] | None:
+    rows = list(cache.db.execute("SELECT data FROM remeasurements WHERE key = ?", [key]))
+    if not rows:
+        return None
+    try:
+        data = json.loads(rows[0][0])
+    except (TypeError, ValueError):
+        cache.warnings.append(f"corrupt re-measurement row {key} skipped")
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def remeasurements_for(cache: CacheStore, group_key: str) -> list[dict[str, Any]]:
+    """Every re-measurement of one job group, oldest first (for explain and reports)."""
+    out = []
+    for key, data, created in cache.db.execute(
+            "SELECT key, data, created_at FROM remeasurements WHERE group_key = ? ORDER BY created_at, key",
+            [group_key]):
+        try:
+            out.append({"key": key, "created_at": created, **json.loads(data)})
+        except (TypeError, ValueError):
+            cache.warnings.append(f"corrupt re-measurement row {key} skipped")
+    return out
+
+
+def search_state(cache: CacheStore, group_key: str, strategy_key: str) -> dict[str, Any] | None:
+    rows = list(cache.db.query("SELECT * FROM searches WHERE group_key = ? AND strategy_key = ?",
+                               [group_key, strategy_key]))
+    if not rows:
+        return None
+    row = dict(rows[0])
+    try:
+        row["warm"] = json.loads(row.get("warm") or "[]")
+    except ValueError:
+        row["warm"] = []
+    return row
+
+
+def put_search_state(cache: CacheStore, group_key: str, strategy_key: str, job: str, warm: list[str],
+                     state: str, builds: int, seconds: float) -> None:
+    with cache.db.conn:
+        cache.db["searches"].upsert(
+            {"group_key": group_key, "strategy_key": strategy_key, "job": job, "warm": json.dumps(warm),
+             "state": state, "builds": builds, "seconds": seconds, "updated_at": now()},
+            pk=("group_key", "strategy_key"),
+        )
+
+
+def current_winners(cache: CacheStore) -> dict[str, str]:
+    """Job name -> the route it last locked (the newest decision per job), routes that won."""
+    rows = cache.db.execute(
+        "SELECT d.job, d.route FROM decisions d JOIN (SELECT job, max(id) AS id FROM decisions GROUP BY job) m "
+        "ON d.id = m.id WHERE d.route IS NOT NULL")
+    return {job: route for job, route in rows}

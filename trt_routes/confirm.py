@@ -1,0 +1,272 @@
+"""Confirmation: a non-default winner must beat the default route side by side, beyond noise.
+
+After the search, the best few eligible routes are re-measured interleaved with a baseline (the default
+route, or the job's locked winner) in one worker: B C1 B C2 B C3 B C1 ... Each challenger slot is paired
+with the baseline slot just before it, which cancels drift; the median of those paired time ratios, with
+a distribution-free interval, decides. Pure: re-measurements are data (``Remeasurement``); ``resolve`` asks for the
+ones it lacks through a lookup and returns the requests, so plan, apply and explain agree."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trt_routes import PROTOCOL_VERSION, canonical
+from trt_routes.manifest.schema import Confirm
+from trt_routes.routes import describe
+from trt_routes.select import DEFAULT_ROUTE, RULE, Selection, Verdict
+
+CONFIRM_RULE = ("; a non-default winner must then beat the default route re-measured side by side "
+                "(interleaved rounds in one worker): its time ratio to the default below 1 - margin and the "
+                "upper end of the ratio's confidence interval below 1, else the default stays; a locked "
+                "winner is replaced only by a route that beats it the same way")
+
+
+@dataclass(frozen=True)
+class Remeasurement:
+    """One side-by-side re-measurement: slot medians (ms) in the order they were taken."""
+
+    baseline: str
+    challengers: tuple[str, ...]
+    slots: tuple[tuple[str, float], ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def paired_ratios(self, route: str) -> list[float]:
+        """``route``'s slot time over the baseline slot just before it, per slot. Each baseline slot is
+        paired with one challenger slot only, so the ratios are independent when the slots are."""
+        return [t / self.slots[i - 1][1] for i, (r, t) in enumerate(self.slots)
+                if r == route and i > 0 and self.slots[i - 1][0] == self.baseline and t > 0
+                and self.slots[i - 1][1] > 0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "challengers": list(self.challengers),
+                "slots": [[r, t] for r, t in self.slots], "meta": dict(self.meta)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Remeasurement:
+        return cls(data["baseline"], tuple(data["challengers"]),
+                   tuple((str(r), float(t)) for r, t in data["slots"]), data.get("meta") or {})
+
+
+def schedule(baseline: str, challengers: Sequence[str], rounds: int) -> list[str]:
+    """The measurement order: the baseline before and after every challenger slot, challengers rotated
+    each round (A B A C A D A, then A C A D A B A ...), so each challenger is paired with the baseline
+    slots around it. One challenger gives A B A B A ..."""
+    order = [baseline]
+    for k in range(rounds):
+        for j in range(len(challengers)):
+            order += [challengers[(j + k) % len(challengers)], baseline]
+    return order
+
+
+@dataclass(frozen=True)
+class ChallengerResult:
+    route: str
+    ratio: float | None  # challenger time / baseline time (median of paired ratios)
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int
+    passed: bool
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"route": self.route, "ratio": self.ratio, "ci": [self.ci_low, self.ci_high],
+                "rounds": self.rounds, "passed": self.passed, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Decision:
+    baseline: str
+    winner: str
+    results: tuple[ChallengerResult, ...]
+
+    def result(self, route: str) -> ChallengerResult | None:
+        return next((r for r in self.results if r.route == route), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "winner": self.winner, "results": [r.to_json() for r in self.results]}
+
+
+def median_interval(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
+    """(median, low, high): a distribution-free confidence interval of the median from order statistics
+    (the sign-test interval [x_(k), x_(n+1-k)], coverage at least ``confidence``). Too few values for
+    that confidence give (median, 0, inf). Unlike a bootstrap it does not under-cover at a dozen
+    values, and heavy tails (a launch-bound route's slow sessions) cannot shrink it."""
+    x = sorted(values)
+    n = len(x)
+    median = float(statistics.median(x))
+    tail = (1.0 - confidence) / 2.0
+    k, cdf = 0, 0.0
+    for j in range(n):  # largest k with P(Binomial(n, 1/2) <= k - 1) <= tail
+        cdf += math.comb(n, j) / 2.0**n
+        if cdf > tail:
+            break
+        k = j + 1
+    if k == 0:
+        return median, 0.0, math.inf
+    return median, float(x[k - 1]), float(x[n - k])
+
+
+def decide(m: Remeasurement, settings: Confirm, seed: int = 0) -> Decision:
+    """Which challenger (if any) beats the baseline beyond the margin and the noise; of those, the one
+    with the lowest median slot time wins.
+
+    Per challenger: the median of its paired ratios r (challenger time / baseline time) and its
+    order-statistic interval at ``settings.confidence`` split over the challengers (Bonferroni). It
+    passes when r < 1 - margin and the interval's upper end < 1."""
+    k = max(1, len(m.challengers))
+    confidence = 1.0 - (1.0 - settings.confidence) / k
+    label = "the default" if m.baseline == DEFAULT_ROUTE else f"the locked winner {describe(m.baseline)}"
+    results = []
+    for route in m.challengers:
+        ratios = m.paired_ratios(route)
+        if len(ratios) < 2:
+            results.append(ChallengerResult(route, None, None, None, len(ratios), False,
+                                            "not confirmed: too few side-by-side rounds were measured"))
+            continue
+        median, low, high = median_interval(ratios, confidence)
+        gain, noise = 1.0 - median, high - median
+        shown = (f"{median:.3f}x the time of {label} ({confidence:.1%} interval "
+                 f"{low:.3f}-{high:.3g}, {len(ratios)} interleaved rounds)")
+        if median < 1.0 - settings.margin and high < 1.0:
+            passed, reason = True, f"confirmed: {shown}; beats the margin {settings.margin:.1%} and the noise"
+        elif median >= 1.0 - settings.margin:
+            passed, reason = False, (f"not confirmed: {shown}; a gain of {gain:.1%} is not above the margin "
+                                     f"{settings.margin:.1%}")
+        else:
+            passed, reason = False, (f"not confirmed: {shown}; the gain of {gain:.1%} is within the noise "
+                                     f"(+{noise:.1%})")
+        results.append(ChallengerResult(route, median, low, high, len(ratios), passed, reason))
+    passed = [r for r in results if r.passed]
+    # among the confirmed, the fastest by its own slot times: all were timed in the same rounds, and
+    # unlike the ratios these do not carry the baseline's noise (a launch-bound default's, say)
+    own = {r.route: statistics.median([t for route, t in m.slots if route == r.route]) for r in passed}
+    winner = min(passed, key=lambda r: (own[r.route], len(r.route.split()), r.route)).route if passed else m.baseline
+    return Decision(m.baseline, winner, tuple(results))
+
+
+# -- the final selection ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """A re-measurement ``resolve`` needs: ``challengers`` against ``baseline``."""
+
+    baseline: str
+    challengers: tuple[str, ...]
+
+
+def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], settings: Confirm) -> str:
+    """Cache key of a re-measurement: the job group, the routes and the re-measurement protocol (not the
+    margin or confidence, which only decide: changing them re-decides from the stored slots)."""
+    return canonical.digest([group_key, baseline, sorted(challengers),
+                             {"rounds": settings.rounds, "iterations": settings.iterations,
+                              "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION}], 32)
+
+
+Lookup = Callable[[str, tuple[str, ...]], Remeasurement | None]
+
+
+def challengers(sel: Selection, count: int, exclude: str = DEFAULT_ROUTE) -> tuple[str, ...]:
+    """The best ``count`` eligible routes other than ``exclude`` that could beat it (their interval starts
+    below the end of its interval; medians where intervals are missing), by median (ties: fewer knobs)."""
+    base = sel.verdict(exclude)
+    bound = (base.ci_high if base.ci_high is not None else base.median_ms) if base is not None else None
+
+    def plausible(v: Verdict) -> bool:
+        low = v.ci_low if v.ci_low is not None else v.median_ms
+        return bound is None or low is None or low < bound
+
+    eligible = [v for v in sel.verdicts if v.eligible and v.route != exclude and v.median_ms is not None
+                and plausible(v)]
+    eligible.sort(key=lambda v: (v.median_ms, len(v.route.split()), v.route))
+    return tuple(v.route for v in eligible[:count])
+
+
+def resolve(sel: Selection, settings: Confirm | None, locked: str | None, lookup: Lookup,
+            seed: int = 0) -> tuple[Selection, list[Request]]:
+    """The selection after confirmation, and the re-measurements still missing (then the returned
+    selection keeps the raw winner; apply measures the requests and resolves again).
+
+    1. If the default route is eligible, the best ``settings.candidates`` other eligible routes are
+       re-measured against it; the best confirmed one wins, else the default.
+    2. No churn: if ``locked`` (the lock's route) is eligible and differs from that pick, the pick is
+       re-measured against it and replaces it only when confirmed; otherwise the locked route stays."""
+    if settings is None or sel.winner is None:
+        return sel, []
+    default = sel.verdict(DEFAULT_ROUTE)
+    if default is None or not default.eligible:
+        return _note(sel, "no confirmation: the default route is not eligible, so nothing to compare with"), []
+    chal = challengers(sel, settings.candidates)
+    first: Decision | None = None
+    pick = DEFAULT_ROUTE
+    if chal:
+        m = lookup(DEFAULT_ROUTE, chal)
+        if m is None:
+            return sel, [Request(DEFAULT_ROUTE, chal)]
+        first = decide(m, settings, seed)
+        pick = first.winner
+    second: Decision | None = None
+    held = sel.verdict(locked) if locked is not None else None
+    if locked is not None and locked != pick and locked != DEFAULT_ROUTE and held is not None and held.eligible:
+        m2 = lookup(locked, (pick,))
+        if m2 is None:
+            return sel, [Request(locked, (pick,))]
+        second = decide(m2, settings, seed)
+        pick = second.winner
+    return _final(sel, settings, first, second, pick), []
+
+
+def _note(sel: Selection, text: str) -> Selection:
+    return dataclasses.replace(sel, confirmation={"note": text})
+
+
+def _final(sel: Selection, settings: Confirm, first: Decision | None, second: Decision | None,
+           pick: str) -> Selection:
+    by_route = {v.route: v for v in sel.verdicts}
+    winner = by_route[pick]
+    default = by_route[DEFAULT_ROUTE]
+    verdicts: list[Verdict] = []
+    for v in sel.verdicts:
+        reason = v.reason
+        r1 = first.result(v.route) if first else None
+        r2 = second.result(v.route) if second else None
+        if v.route == pick:
+            if pick == DEFAULT_ROUTE:
+                reason = "winner: the default route stays: no other route beat it side by side beyond the " \
+                         f"margin ({settings.margin:.0%}) and the noise"
+            elif second is not None and pick == second.baseline:
+                reason = f"winner: the locked winner stays ({(r1.reason if r1 else 'confirmed earlier')})"
+            else:
+                reason = "winner: " + (r2.reason if r2 else r1.reason if r1 else v.reason)
+        elif v.route == sel.winner and v.route != DEFAULT_ROUTE:
+            reason = f"fastest in the search ({v.median_ms:.3g} ms) but " + \
+                     ((r2 or r1).reason if (r2 or r1) else "not confirmed")  # type: ignore[union-attr]
+        elif r2 is not None or r1 is not None:
+            reason = f"{v.reason}; {(r2 or r1).reason}"  # type: ignore[union-attr]
+        verdicts.append(dataclasses.replace(v, reason=reason))
+    if pick == DEFAULT_ROUTE:
+        best = min((r for r in first.results if r.ratio is not None), key=lambda r: r.ratio,
+                   default=None) if first else None
+        summary = "default route kept: " + (
+            f"the best challenger, {describe(best.route)}, {best.reason.removeprefix('not confirmed: ')}"
+            if best is not None else "no other eligible route")
+    elif second is not None and pick == second.baseline:
+        r = second.results[0]
+        summary = (f"{describe(pick)} kept (the locked winner): the challenger {describe(r.route)} is "
+                   f"{r.reason.removeprefix('not confirmed: ')}")
+    else:
+        r = (second.result(pick) if second else None) or (first.result(pick) if first else None)
+        summary = f"{describe(pick)} chosen: {r.reason if r else 'confirmed'}"
+    data = {"margin": settings.margin, "confidence": settings.confidence, "rounds": settings.rounds,
+            "iterations": settings.iterations, "vs_default": first.to_json() if first else None,
+            "vs_locked": second.to_json() if second else None, "raw_winner": sel.winner}
+    return dataclasses.replace(
+        sel, winner=pick, chosen_ms=winner.median_ms, verdicts=tuple(verdicts), summary=summary,
+        rule=RULE + CONFIRM_RULE, confirmation=data,
+        default_ms=default.median_ms)
+

@@ -1,0 +1,144 @@
+"""The measurement protocol as a worker runs it: fixed warm-up, then warm-up until timings settle
+(bounded), then the timed repeats; plus the noise context recorded beside every measurement.
+
+Works through any backend's ``Runner.time`` (a window of runs is ``time(feeds, 0, window, 1)``).
+Noise context: CPU load (1-minute load average and the busy share of every CPU while measuring, from
+/proc/stat) and, for GPU targets, clocks, temperature, power and throttle reasons through NVML
+(``pynvml`` from nvidia-ml-py, imported lazily; absent: nothing recorded)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trt_routes.backends.base import Feeds, Runner
+from trt_routes.manifest.schema import Settle
+
+
+@dataclass(frozen=True)
+class SettleSpec:
+    """Warm-up until settled: windows of ``window`` runs until a window's median is within ``tolerance``
+    (relative) of the previous window's, at most ``max_runs`` runs. ``window == 0``: off."""
+
+    window: int = 0
+    tolerance: float = 0.05
+    max_runs: int = 200
+
+
+def settle_spec(settle: Settle | None) -> SettleSpec:
+    """The manifest's ``measurement.settle`` as the worker takes it."""
+    if settle is None:
+        return SettleSpec()
+    return SettleSpec(window=settle.window, tolerance=settle.tolerance, max_runs=settle.max_runs)
+
+
+def settle(time_window: Callable[[int], list[float]], spec: SettleSpec) -> dict[str, Any]:
+    """Run warm-up windows until two consecutive window medians agree; what happened, for trial metadata."""
+    if spec.window <= 0:
+        return {}
+    medians: list[float] = []
+    runs = 0
+    settled = False
+    while runs + spec.window <= max(spec.max_runs, spec.window):
+        medians.append(statistics.median(time_window(spec.window)))
+        runs += spec.window
+        if len(medians) >= 2 and abs(medians[-1] - medians[-2]) <= spec.tolerance * medians[-2]:
+            settled = True
+            break
+    return {"settle_runs": runs, "settled": settled,
+            "settle_medians_ms": [float(f"{m:.4g}") for m in medians[-4:]]}
+
+
+def timed_samples(runner: Runner, feeds: Feeds, warmup: int, iterations: int, repeats: int,
+                  spec: SettleSpec) -> tuple[list[float], dict[str, Any]]:
+    """The protocol's samples (``iterations * repeats``) and what the warm-up did."""
+    if warmup:
+        runner.time(feeds, warmup, 1, 1)  # the fixed warm-up (its one timed run is discarded)
+    meta = settle(lambda n: runner.time(feeds, 0, n, 1), spec)
+    return runner.time(feeds, 0, iterations, repeats), meta
+
+
+# -- noise context ---------------------------------------------------------------------------
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _nvml_handle(nvml: Any, device: Mapping[str, Any]) -> Any:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.startswith("GPU-"):
+        return nvml.nvmlDeviceGetHandleByUUID(visible)
+    return nvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+
+
+def _gpu_reading(device: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        import pynvml as nvml
+    except ImportError:
+        return None
+    try:
+        nvml.nvmlInit()
+        handle = _nvml_handle(nvml, device)
+        reading: dict[str, Any] = {
+            "temp_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+            "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
+            "power_w": round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1),
+            "util_pct": nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+        }
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        reading["throttle_reasons"] = int(reasons(handle))
+        return reading
+    except Exception:  # noise context is best effort: a driver hiccup must not fail a trial
+        return None
+
+
+class NoiseContext:
+    """Readings taken before and after a measurement; ``finish()`` gives the trial metadata."""
+
+    def __init__(self, target: Mapping[str, Any] | None = None) -> None:
+        target = target or {}
+        device = target.get("device") or {}
+        self.gpu = target.get("kind") == "gpu" or device.get("device") == "gpu"
+        self.device = device
+        self.jiffies = _cpu_jiffies()
+        self.own = _own_cpu_s()
+        self.gpu_before = _gpu_reading(device) if self.gpu else None
+
+    def finish(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        if hasattr(os, "getloadavg"):
+            meta["loadavg"] = round(os.getloadavg()[0], 2)
+        end = _cpu_jiffies()
+        if self.jiffies is not None and end is not None and end[1] > self.jiffies[1]:
+            total = end[1] - self.jiffies[1]
+            meta["cpu_busy"] = round((end[0] - self.jiffies[0]) / total, 3)
+            # what other processes kept busy: the noise this measurement competed with
+            own = (_own_cpu_s() - self.own) * _HZ
+            meta["cpu_busy_others"] = round(max(0.0, (end[0] - self.jiffies[0] - own) / total), 3)
+        meta["cpu_count"] = os.cpu_count()
+        if self.gpu:
+            after = _gpu_reading(self.device)
+            if self.gpu_before is not None and after is not None:
+                meta["gpu"] = {k: [self.gpu_before[k], after[k]] for k in after}
+        return meta

@@ -1,0 +1,51 @@
+"""Side-by-side re-measurement in one worker: every engine loaded once, then timed slot by slot in the
+given interleaved order (A B A C A ...), so drift and neighbours' load hit every route alike.
+
+Returns the slot medians in order (``meta["slots"]``) with the noise context; see ``trt_routes.confirm``."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from trt_routes.artifacts import BlobStore
+from trt_routes.backends import registry
+from trt_routes.execute.protocol import NoiseContext, settle
+from trt_routes.execute.tasks import RemeasureTask, TaskResult
+
+
+def run_remeasure(task: RemeasureTask) -> TaskResult:
+    store = BlobStore(Path(task.store_root))
+    backend = registry.get(task.backend)
+    feeds = store.get_arrays(task.inputs_sha)
+    t0 = time.perf_counter()
+    runners = {}
+    for route, spec, sha in task.engines:
+        if not store.has(sha):
+            return TaskResult(status="crashed", error=f"engine {sha[:12]} of route '{route}' is not in the store")
+        runners[route] = backend.load(store.path(sha), spec)
+    noise = NoiseContext(task.spec.target)
+    warm: dict[str, Any] = {}
+    for route, runner in runners.items():
+        if task.warmup:
+            runner.time(feeds, task.warmup, 1, 1)
+        warm[route] = settle(lambda n, r=runner: r.time(feeds, 0, n, 1), task.settle)  # type: ignore[misc]
+    iterations = task.iterations
+    if task.slot_ms > 0:
+        first = runners[task.engines[0][0]]
+        per_run = statistics.median(first.time(feeds, 0, 5, 1))
+        iterations = max(iterations, min(100_000, math.ceil(task.slot_ms / max(per_run, 1e-6))))
+    slots: list[list[Any]] = []
+    samples: dict[str, list[float]] = {route: [] for route in runners}
+    for route in task.order:
+        got = runners[route].time(feeds, 0, iterations, 1)
+        slots.append([route, float(f"{statistics.median(got):.6g}")])
+        if task.keep_samples:
+            samples[route] += [float(f"{s:.6g}") for s in got]
+    meta: dict[str, Any] = {"slots": slots, "slot_iterations": iterations, "warmup": warm, **noise.finish()}
+    if task.keep_samples:
+        meta["samples"] = samples
+    return TaskResult(status="ok", meta=meta, measure_s=time.perf_counter() - t0)

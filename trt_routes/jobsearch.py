@@ -1,0 +1,145 @@
+"""A job's search as configured: its strategy with warm-start routes frozen in the cache, and a budget
+(``max_builds``, ``max_minutes``) that counts only new builds, across applies.
+
+The first apply of a job group records the warm-start routes it gave the strategy (winners of related
+jobs: same model at other shapes or targets, then other models on the same target) and, when the
+search ends, whether it finished or stopped at its budget. ``plan`` reads the same row, so it proposes
+exactly what ``apply`` would and is empty after it; raising the budget lets a stopped search go on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from trt_routes import canonical
+from trt_routes.cache import facts
+from trt_routes.cache.store import CacheStore
+from trt_routes.jobs import Job
+from trt_routes.search import Outcome, Search, cached_search
+from trt_routes.select import DEFAULT_ROUTE
+
+#: At most this many warm-start routes (each one costs a build).
+MAX_WARM = 3
+
+
+def strategy_key(job: Job) -> str:
+    """What a search state belongs to: the strategy's search settings and the switch group's expression.
+    The budget is not part of it, so a raised budget continues the same search and its count."""
+    s = job.strategy
+    return canonical.digest({"mode": s.mode, "min_gain": s.min_gain, "warm_start": s.warm_start,
+                             "expression": job.expression.text() if job.expression else ""}, 16)
+
+
+def selection_key(job: Job) -> str:
+    """What the selection rule depends on beyond trials and tolerance: the confirmation settings."""
+    confirm = job.strategy.confirm
+    return canonical.digest(confirm.model_dump() if confirm is not None else None, 16)
+
+
+def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM) -> tuple[str, ...]:
+    """Routes that won for related jobs, nearest first: the same model at another shape on this target,
+    the same model on another target, then other models on this target. The default route is left out."""
+    winners = facts.current_winners(cache)
+    prefix, suffix = f"{job.model}/", f"/{job.target}"
+
+    def rank(name: str) -> tuple[int, str] | None:
+        if name == job.name:
+            return None
+        if name.startswith(prefix):
+            return (0 if name.endswith(suffix) else 1, name)
+        if name.endswith(suffix):
+            return (2, name)
+        return None
+
+    ranked = sorted((r, name) for name in winners if (r := rank(name)) is not None)
+    routes = [winners[name] for _, name in ranked if winners[name] != DEFAULT_ROUTE]
+    return tuple(dict.fromkeys(routes))[:limit]
+
+
+class JobSearch(Search):
+    """A strategy under a budget of new builds and minutes, carried over from earlier applies.
+
+    New builds are the routes known now that were not known when this search object was made
+    (``initial``), plus ``spent_builds`` from earlier applies; the next batch is cut to what is left."""
+
+    def __init__(self, inner: Search, warm: tuple[str, ...], initial: frozenset[str], max_builds: int | None,
+                 max_minutes: float | None, spent_builds: int = 0, spent_seconds: float = 0.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.static = inner.static
+        self.warm = warm
+        self.initial = initial
+        self.spent_builds = spent_builds
+        self.spent_seconds = spent_seconds
+        self.max_builds = max_builds
+        self.max_seconds = max_minutes * 60.0 if max_minutes else None
+        self.clock = clock
+        self.started = clock() if clock else 0.0
+
+    def builds(self, known: Mapping[str, Outcome]) -> int:
+        return self.spent_builds + sum(1 for r in known if r not in self.initial)
+
+    def seconds(self) -> float:
+        return self.spent_seconds + ((self.clock() - self.started) if self.clock else 0.0)
+
+    def exhausted(self, known: Mapping[str, Outcome]) -> str | None:
+        """Why the budget allows no more builds, or None."""
+        if self.max_builds is not None and self.builds(known) >= self.max_builds:
+            return f"max_builds {self.max_builds} spent"
+        if self.max_seconds is not None and self.seconds() >= self.max_seconds:
+            return f"max_minutes {self.max_seconds / 60:g} spent"
+        return None
+
+    def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
+        return self.inner.candidates(known)
+
+    def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
+        batch = self.inner.next_batch(known)
+        if not batch or self.exhausted(known):
+            return []
+        if self.max_builds is not None:
+            batch = batch[: self.max_builds - self.builds(known)]
+        return batch
+
+    def pending(self, known: Mapping[str, Outcome]) -> str | None:
+        return None if self.exhausted(known) else self.inner.pending(known)
+
+    def unfinished(self, known: Mapping[str, Outcome]) -> bool:
+        """The strategy wanted more than the budget allowed."""
+        return bool(self.inner.next_batch(known)) and self.exhausted(known) is not None
+
+
+def job_search(job: Job, cache: CacheStore, known: Mapping[str, Any], *, running: bool = False) -> JobSearch:
+    """``job``'s search, given the routes ``known`` now. ``running`` (apply): the clock runs, and a new
+    job group's warm-start routes are recorded before the first build."""
+    assert job.expression is not None and job.catalog is not None
+    key = strategy_key(job)
+    row = facts.search_state(cache, job.group_key, key)
+    if row is not None:
+        warm = tuple(row["warm"])
+    elif job.strategy.mode == "adaptive" and job.strategy.warm_start:
+        warm = related_winners(cache, job)
+    else:
+        warm = ()
+    if running and row is None:
+        facts.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0)
+    inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain)
+    return JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
+                     int(row["builds"] or 0) if row else 0,
+                     float(row["seconds"] or 0.0) if row else 0.0, time.monotonic if running else None)
+
+
+def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping[str, Outcome]) -> None:
+    """Record what this apply's search spent and whether it stopped at its budget."""
+    state = "budget" if search.unfinished(known) else "complete"
+    facts.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), state,
+                           search.builds(known), round(search.seconds(), 3))
+
+
+def search_note(search: Search, known: Mapping[str, Outcome]) -> str | None:
+    """A sentence for plan/explain when a search stopped at its budget."""
+    if isinstance(search, JobSearch) and search.unfinished(known):
+        return f"search stopped at its budget ({search.exhausted(known)}); raise it to search further"
+    return None

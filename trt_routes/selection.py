@@ -1,0 +1,78 @@
+"""A job's final selection: the pure selection over its trials, then confirmation against the default
+route (and against the locked winner: no churn) from re-measurements stored in the cache.
+
+plan, apply and explain all go through ``final_selection``, so they agree; apply measures what it
+reports as missing (``trt_routes.apply``) and asks again."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from trt_routes.cache import facts
+from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.confirm import Remeasurement, Request, remeasure_key, resolve
+from trt_routes.jobs import Job
+from trt_routes.jobsearch import selection_key
+from trt_routes.select import LossLookup, Selection, select
+
+
+def locked_route(entry: Mapping[str, Any] | None, job: Job) -> str | None:
+    """The route a lock entry holds as its winner, when it was chosen under the job's current selection
+    rule (a changed margin or confidence is deliberate: the old winner gets no incumbency)."""
+    if not entry or entry.get("status", "ok") != "ok" or not isinstance(entry.get("route"), str):
+        return None
+    if (entry.get("selection") or {}).get("key") != selection_key(job):
+        return None
+    return str(entry["route"])
+
+
+def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
+    """The lookup ``confirm.resolve`` takes: re-measurements of this job group from the cache."""
+    settings = job.strategy.confirm
+
+    def lookup(baseline: str, challengers: tuple[str, ...]) -> Remeasurement | None:
+        if settings is None:
+            return None
+        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings))
+        return Remeasurement.from_json(data) if data is not None else None
+
+    return lookup
+
+
+def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: list[str], cache: CacheStore,
+                    entry: Mapping[str, Any] | None, lookup: LossLookup | None = None,
+                    raw: Selection | None = None) -> tuple[Selection, list[Request]]:
+    """(selection after confirmation, re-measurements still missing). ``raw``: the pure selection if
+    the caller has it already."""
+    sel = raw if raw is not None else select(trials, candidates, job.tolerance, lookup)
+    return resolve(sel, job.strategy.confirm, locked_route(entry, job), stored(cache, job), job.measurement.seed)
+
+
+def describe_requests(requests: list[Request]) -> str:
+    from trt_routes.routes import describe
+
+    parts = [f"{len(r.challengers)} route(s) against {describe(r.baseline)}" for r in requests]
+    return "confirm side by side (measurements, no builds): " + "; ".join(parts)
+
+
+def confirmation_lines(sel: Selection, pending: list[Request]) -> list[str]:
+    """The side-by-side confirmation in words, for explain."""
+    from trt_routes.routes import describe
+
+    if pending:
+        return [f"Side-by-side confirmation pending ({describe_requests(pending)}): run `trt-routes apply`."]
+    data = sel.confirmation
+    if not data:
+        return []
+    if "note" in data:
+        return [f"Confirmation: {data['note']}."]
+    lines = [f"Confirmation rule: a route must take less than {1 - data['margin']:.2f}x the baseline's time "
+             f"side by side, with the upper end of its interval below 1.0x ({data['rounds']} interleaved rounds "
+             f"of {data['iterations']} runs)."]
+    for part, title in (("vs_default", "against the default route"), ("vs_locked", "against the locked winner")):
+        block = data.get(part)
+        if block:
+            lines.append(f"Re-measured {title}:")
+            lines += [f"  {describe(r['route'])}: {r['reason']}" for r in block["results"]]
+    return lines
