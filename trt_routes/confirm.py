@@ -263,7 +263,8 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
         r = (second.result(pick) if second else None) or (first.result(pick) if first else None)
         summary = f"{describe(pick)} chosen: {r.reason if r else 'confirmed'}"
     data = {"margin": settings.margin, "confidence": settings.confidence, "rounds": settings.rounds,
-            "iterations": settings.iterations, "vs_default": first.to_json() if first else None,
+            "iterations": settings.iterations, "slot_ms": settings.slot_ms,
+            "vs_default": first.to_json() if first else None,
             "vs_locked": second.to_json() if second else None, "raw_winner": sel.winner}
     return dataclasses.replace(
         sel, winner=pick, chosen_ms=winner.median_ms, verdicts=tuple(verdicts), summary=summary,

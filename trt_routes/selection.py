@@ -68,8 +68,8 @@ def confirmation_lines(sel: Selection, pending: list[Request]) -> list[str]:
     if "note" in data:
         return [f"Confirmation: {data['note']}."]
     lines = [f"Confirmation rule: a route must take less than {1 - data['margin']:.2f}x the baseline's time "
-             f"side by side, with the upper end of its interval below 1.0x ({data['rounds']} interleaved rounds "
-             f"of {data['iterations']} runs)."]
+             f"side by side, with the upper end of its interval below 1.0x ({data['rounds']} interleaved rounds; "
+             f"each turn at least {data['iterations']} runs and {data.get('slot_ms', 0):g} ms)."]
     for part, title in (("vs_default", "against the default route"), ("vs_locked", "against the locked winner")):
         block = data.get(part)
         if block:
