@@ -46,7 +46,14 @@ from trt_routes.search.base import Outcome  # noqa: E402
 from trt_routes.select import DEFAULT_ROUTE, gate, select  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
+#: the quickstart's gate, for landscapes whose meta names no ``tolerance``
 TOLERANCE = Tolerance(checks=[Check(metric="cos", threshold=1e-5), Check(metric="lInf", threshold=1e-3)])
+
+
+def tolerance_of(land: Landscape) -> Tolerance:
+    """The landscape's own accuracy gate (``meta.tolerance``, a tuning.yaml tolerance), else the quickstart's."""
+    given = land.meta.get("tolerance")
+    return Tolerance.model_validate(given) if given else TOLERANCE
 ITERATIONS, REPEATS = 20, 5  # the trial protocol replayed (tuning.yaml's measurement)
 BUILD_S_UNKNOWN = 1.0
 
@@ -78,6 +85,7 @@ class World:
 
     def __init__(self, land: Landscape, seed: int) -> None:
         self.land = land
+        self.tolerance = tolerance_of(land)
         self.seed = seed
         self.count: dict[str, int] = {}
         self.clock = 0.0  # simulated seconds: recorded build times plus measured time
@@ -123,25 +131,21 @@ class World:
         return Remeasurement(baseline, challengers, tuple(slots))
 
 
-def trtexec_pick(order: list[str], trials: dict[str, TrialRecord]) -> str | None:
+def trtexec_pick(order: list[str], trials: dict[str, TrialRecord], tolerance: Tolerance) -> str | None:
     """trtexec's rule: in measurement order, keep the lowest mean with a strict <."""
     best: str | None = None
     for route in order:
         t = trials[route]
-        if t.status != "ok" or t.mean_ms is None or gate(t, TOLERANCE):
+        if t.status != "ok" or t.mean_ms is None or gate(t, tolerance):
             continue
         if best is None or t.mean_ms < trials[best].mean_ms:  # type: ignore[operator]
             best = route
     return best
 
 
-class _TrtexecOutcomes(dict):  # type: ignore[type-arg]
-    pass
-
-
-def trtexec_outcomes(trials: dict[str, TrialRecord]) -> dict[str, Outcome]:
+def trtexec_outcomes(trials: dict[str, TrialRecord], tolerance: Tolerance) -> dict[str, Outcome]:
     """What trtexec's mixed sees: means, no intervals (so every strict < counts)."""
-    return {r: Outcome(t.status == "ok" and t.mean_ms is not None and not gate(t, TOLERANCE), t.mean_ms)
+    return {r: Outcome(t.status == "ok" and t.mean_ms is not None and not gate(t, tolerance), t.mean_ms)
             for r, t in trials.items()}
 
 
@@ -155,8 +159,9 @@ def run_one(land: Landscape, strategy: Strategy, seed: int, expr_text: str, warm
                        clock=lambda: world.clock)
     trials: dict[str, TrialRecord] = {}
     order: list[str] = []
+    tol = world.tolerance
     view: Callable[[dict[str, TrialRecord]], dict[str, Outcome]] = (
-        trtexec_outcomes if strategy.trtexec else (lambda t: outcomes(t, TOLERANCE)))
+        (lambda t: trtexec_outcomes(t, tol)) if strategy.trtexec else (lambda t: outcomes(t, tol)))
     while True:  # apply's loop, one worker: the default first, then the strategy's batches in order
         batch = search.next_batch(view(trials))
         if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
@@ -168,9 +173,9 @@ def run_one(land: Landscape, strategy: Strategy, seed: int, expr_text: str, warm
             order.append(route)
     builds = len(order)
     if strategy.trtexec:
-        return trtexec_pick(order, trials), builds
+        return trtexec_pick(order, trials, tol), builds
     cands = [DEFAULT_ROUTE, *search.candidates(view(trials))]
-    sel = select(trials, [r for r in dict.fromkeys(cands) if r in trials], TOLERANCE)
+    sel = select(trials, [r for r in dict.fromkeys(cands) if r in trials], tol)
     stored: dict[tuple[str, tuple[str, ...]], Remeasurement] = {}
     for _ in range(3):
         final, requests = resolve(sel, strategy.confirm, None, lambda b, c: stored.get((b, c)))
@@ -205,7 +210,7 @@ def truth(land: Landscape, expr_text: str) -> Truth:
         probe = TrialRecord(id=route, group_key="g", job="j", route=route, signature="s", model_digest="m",
                             shape_key="x", settings_key="y", protocol_key="p", reference_key="r", backend="b",
                             status="ok", median_ms=m, losses=losses)
-        if not gate(probe, TOLERANCE):
+        if not gate(probe, tolerance_of(land)):
             eligible.add(route)
     best = min(medians[r] for r in eligible)
     return Truth(medians, eligible, best, medians.get(DEFAULT_ROUTE) if DEFAULT_ROUTE in eligible else None,
