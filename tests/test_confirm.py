@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trt_routes.cache.store import TrialRecord
-from trt_routes.confirm import Remeasurement, Request, decide, remeasure_key, resolve, schedule
+from trt_routes.confirm import Remeasurement, Request, challengers, decide, remeasure_key, resolve, schedule
 from trt_routes.manifest.schema import Check, Confirm, Tolerance
 from trt_routes.select import select
 
@@ -141,3 +141,12 @@ def test_confirmation_off_or_default_not_eligible_keeps_the_raw_selection() -> N
     sel = select(broken, list(broken), TOL)
     out, requests = resolve(sel, SETTINGS, None, store_of({}))
     assert not requests and out.winner == "-a=1" and "not eligible" in (out.confirmation or {})["note"]
+
+
+def test_only_routes_that_could_beat_the_baseline_are_challengers() -> None:
+    slow = TrialRecord(**{**trial("-s=1", 1.5).__dict__, "ci_low": 1.4, "ci_high": 1.6})
+    noisy = TrialRecord(**{**trial("-n=1", 1.3).__dict__, "ci_low": 0.9, "ci_high": 1.7})
+    trials = {t.route: t for t in [trial("", 1.0), slow, noisy, trial("-a=1", 0.9)]}
+    sel = select(trials, list(trials), TOL)
+    assert challengers(sel, 3) == ("-a=1", "-n=1")  # -s=1's interval starts above the default's
+    assert challengers(sel, 1) == ("-a=1",)

@@ -35,7 +35,7 @@ def switch_groups(draw: st.DrawFn) -> str:
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(group=switch_groups(), mode=st.sampled_from(["fast", "full", "mixed"]),
+@given(group=switch_groups(), mode=st.sampled_from(["fast", "full", "mixed", "adaptive"]),
        threshold=st.sampled_from([1e-12, 1e-4]))
 def test_apply_then_plan_is_empty(tiny_models: dict[str, Path], group: str, mode: str, threshold: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
