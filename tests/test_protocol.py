@@ -94,5 +94,36 @@ def test_trials_store_the_warm_up_and_the_noise_context(tmp_path: Path, tiny_mod
     assert trials and all(len(t.samples) == 8 for t in trials)
     for t in trials:
         assert 3 <= t.meta["settle_runs"] <= 12 and "settle_medians_ms" in t.meta
-        assert {"loadavg", "cpu_busy", "cpu_busy_others", "cpu_count"} <= set(t.meta)
+        assert {"loadavg", "cpu_count"} <= set(t.meta)  # cpu_busy needs at least one clock tick (10 ms)
+        assert 0.0 <= t.meta.get("cpu_busy_others", 0.0) <= t.meta.get("cpu_busy", 1.0) <= 1.0
         assert t.ci_low is not None and t.ci_high is not None and t.ci_low <= t.median_ms <= t.ci_high  # type: ignore[operator]
+
+
+def test_noise_context_reads_the_visible_gpu_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in pynvml (no GPU here): the reading names the device CUDA_VISIBLE_DEVICES points at."""
+    from types import SimpleNamespace
+
+    asked: list[object] = []
+    clocks = iter([1980, 2619, 1755, 2619])
+    fake = SimpleNamespace(
+        NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: asked.append(("index", i)) or "h",
+        nvmlDeviceGetHandleByUUID=lambda u: asked.append(("uuid", u)) or "h",
+        nvmlDeviceGetTemperature=lambda h, kind: 41,
+        nvmlDeviceGetClockInfo=lambda h, kind: next(clocks),
+        nvmlDeviceGetPowerUsage=lambda h: 123456,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=87),
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 4,
+    )
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    ctx = NoiseContext({"kind": "gpu", "device": {"device": "gpu", "gpu_name": "NVIDIA H200"}})
+    meta = ctx.finish()
+    assert meta["gpu"] == {"temp_c": [41, 41], "sm_clock_mhz": [1980, 1755], "mem_clock_mhz": [2619, 2619],
+                           "power_w": [123.5, 123.5], "util_pct": [87, 87], "throttle_reasons": [4, 4]}
+    assert asked == [("index", 3), ("index", 3)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234")
+    NoiseContext({"kind": "gpu"}).finish()
+    assert asked[-1] == ("uuid", "GPU-1234")
+    assert "gpu" not in NoiseContext({"kind": "cpu"}).finish()  # CPU targets never touch NVML

@@ -3,11 +3,12 @@
 
 Works through any backend's ``Runner.time`` (a window of runs is ``time(feeds, 0, window, 1)``).
 Noise context: CPU load (1-minute load average and the busy share of every CPU while measuring, from
-/proc/stat) and, for GPU targets, clocks, temperature, power and throttle reasons through NVML
+/proc/stat, when the measurement lasted at least one clock tick) and, for GPU targets, clocks, temperature, power and throttle reasons through NVML
 (``pynvml`` from nvidia-ml-py, imported lazily; absent: nothing recorded)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 from collections.abc import Callable, Mapping
@@ -97,6 +98,9 @@ def _gpu_reading(device: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     try:
         nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
         handle = _nvml_handle(nvml, device)
         reading: dict[str, Any] = {
             "temp_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
@@ -111,6 +115,9 @@ def _gpu_reading(device: Mapping[str, Any]) -> dict[str, Any] | None:
         return reading
     except Exception:  # noise context is best effort: a driver hiccup must not fail a trial
         return None
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
 
 
 class NoiseContext:
