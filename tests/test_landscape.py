@@ -111,3 +111,33 @@ def test_replay_backend_is_deterministic_per_seed(tmp_path: Path, monkeypatch: p
         backend.build(BuildSpec(model_path=str(path), route={"-b": "y"}, profile={}), tmp_path / "x")
     monkeypatch.delenv(ENV_VAR)
     assert ENV_VAR in (ReplayBackend().unavailable_reason() or "")
+
+
+def test_replay_in_real_workers_absent_route_crashes_recorded_failures_replay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trt_routes.apply import apply
+    from trt_routes.project import open_project
+
+    data = small()
+    data["routes"] = [r for r in data["routes"] if r["route"] != "-a=1"]  # absent: a crashed build
+    data["routes"].append({"route": "-b=z", "status": "ok", "samples_ms": [0.5, 0.6, 0.7]})
+    land = tmp_path / "l.json"
+    land.write_text(json.dumps(data))
+    monkeypatch.setenv(ENV_VAR, str(land))
+    (tmp_path / "tuning.yaml").write_text(f"""
+schema_version: 1
+measurement: {{warmup: 0, iterations: 2, repeats: 2, timeout_s: 30, settle: false}}
+switch_groups: {{g: "-a=[0|1] -b=[x|y|z]"}}
+strategies: {{s: {{mode: full, confirm: false}}}}
+tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-4}}]}}}}
+defaults: {{backend: replay, switch_group: g, strategy: s, tolerance: t}}
+models: {{m: {{path: {land}, shapes: {{a: {{x: [1]}}}}}}}}
+""")
+    result = apply(open_project(tmp_path / "tuning.yaml"))
+    assert result.exit_code == 0, [o.error for o in result.outcomes]
+    project = open_project(tmp_path / "tuning.yaml")
+    with project.open_cache() as cache:
+        status = {t.route: t.status for t in cache.all_trials()}
+    assert status["-a=1"] == "crashed" and status["-b=y"] == "build-error"
+    assert status["-a=1 -b=z"] == "accuracy-failed" and status["-b=z"] == "ok"
+    assert result.outcomes[0].selection is not None and result.outcomes[0].selection.winner == "-b=z"
