@@ -14,7 +14,9 @@ from trt_routes.apply import Applier, ApplyOptions, SilentReporter
 from trt_routes.artifacts import BlobStore
 from trt_routes.execute import remote
 from trt_routes.execute.local import LocalExecutor
+from trt_routes.execute.tasks import RemeasureTask
 from trt_routes.project import open_project
+from trt_routes.routes import route_dict
 
 
 @pytest.fixture
@@ -78,3 +80,34 @@ def test_every_stored_blob_a_task_names_is_shipped(tmp_path: Path) -> None:
 
     assert remote.input_shas(Nested(inputs, (("-a=1", engine),)), store) == [inputs, engine]
     assert remote.input_shas(Nested(inputs, (("-a=1", engine),))) == [inputs]
+
+
+def test_a_shipped_side_by_side_remeasurement_runs_on_the_node(
+        node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    manifest = make_project(tmp_path / "p", tiny_models)
+    project = open_project(manifest)
+    job = project.jobs[0]
+    routes = ["", "-graph_optimization_level=basic"]
+    with project.open_cache() as cache, LocalExecutor() as executor:
+        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
+        ref = applier.reference(job)
+        engines = tuple((r, job.build_spec(route_dict(r)), applier.run_trial(job, r, ref).engine_sha256)
+                        for r in routes)
+    task = RemeasureTask(backend=job.backend, spec=engines[0][1], store_root=str(project.store.root),
+                         inputs_sha=ref[0], engines=engines, order=("", routes[1], "", routes[1]), iterations=3)
+    shipment, blobs = remote.ship(task)
+    assert [sha for sha, _ in blobs] == [shipment.model_sha, ref[0], *(sha for _, _, sha in engines)]
+    payload = [path.read_bytes() for _, path in blobs]
+    result, produced = remote.run_shipped(shipment, 60, {}, payload, job.target_data["device"])
+    assert result.status == "ok", result.error
+    assert [route for route, _ in result.meta["slots"]] == list(task.order)
+    assert all(ms > 0 for _, ms in result.meta["slots"]) and produced == {}
+    # every engine's spec was pointed at the node's copy of the model, not the coordinator's path
+    local, scratch = remote.stage(shipment, payload, node_dir)
+    model = str(node_dir / "models" / shipment.model_sha / Path(job.model_path).name)
+    assert {spec.model_path for _, spec, _ in local.engines} == {local.spec.model_path} == {model}
+    assert local.store_root == str(scratch)
+    # and it refuses to decide a winner on hardware other than its job's
+    expect = {**job.target_data["device"], "cpu_model": "Some Other CPU"}
+    with pytest.raises(remote.HardwareMismatch):
+        remote.run_shipped(shipment, 60, {}, payload, expect)

@@ -2,8 +2,8 @@
 
 The coordinator ships a task with the bytes it reads (the model file, the input and reference
 arrays) instead of paths; the node stages them into a node-local blob cache and a scratch store per
-task, runs the unchanged task (``run_trial``/``run_reference``) in an isolated worker process with
-its time limit, and returns the result with the bytes of every blob the task produced (engine,
+task, runs the unchanged task (``run_trial``/``run_reference``/``run_remeasure``) in an isolated
+worker process with its time limit, and returns the result with the bytes of every blob the task produced (engine,
 outputs), which the coordinator puts in its own BlobStore. Nothing here imports Ray."""
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes.artifacts import BlobStore
+from trt_routes.backends.base import BuildSpec
 from trt_routes.errors import UsageError
 from trt_routes.execute.local import LocalExecutor
-from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.execute.remeasure import run_remeasure
+from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
 from trt_routes.execute.worker import run_reference, run_trial
 
 #: Blob fields of tasks: inputs read from the store (shipped) and results written to it (returned).
@@ -112,12 +114,22 @@ def stage(shipment: Shipment, blobs: list[bytes], root: Path) -> tuple[Any, Path
     (root / "tasks").mkdir(exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="task-", dir=root / "tasks"))
     store = BlobStore(scratch)
-    for sha in shipment.blob_shas[1:]:
+    for sha in shipment.blob_shas:  # the model too: a task may name the same bytes as one of its blobs
         _link(cache.path(sha), store.path(sha))
-    task = shipment.task
-    local = dataclasses.replace(task, store_root=str(scratch),
-                                spec=dataclasses.replace(task.spec, model_path=str(model), work_dir=""))
-    return local, scratch
+    return localize(shipment.task, str(model), str(scratch)), scratch
+
+
+def localize(task: Any, model_path: str, store_root: str) -> Any:
+    """``task`` with its store and every BuildSpec it carries (its ``spec``, and the per-engine specs of a
+    re-measurement) pointing at the node's copies instead of the coordinator's paths."""
+
+    def local(spec: BuildSpec) -> BuildSpec:
+        return dataclasses.replace(spec, model_path=model_path, work_dir="")
+
+    changes: dict[str, Any] = {"store_root": store_root, "spec": local(task.spec)}
+    if isinstance(task, RemeasureTask):
+        changes["engines"] = tuple((route, local(spec), sha) for route, spec, sha in task.engines)
+    return dataclasses.replace(task, **changes)
 
 
 def collect(result: TaskResult, scratch: Path) -> dict[str, bytes]:
@@ -142,9 +154,10 @@ def receive(result: TaskResult, blobs: dict[str, bytes], store: BlobStore) -> Ta
 
 @dataclass(frozen=True)
 class Checked:
-    """A trial or reference task that first checks it landed on the hardware its job was keyed for."""
+    """A trial, reference or re-measurement task that first checks it landed on the hardware its job was
+    keyed for (a side-by-side re-measurement elsewhere would decide the winner on the wrong hardware)."""
 
-    inner: TrialTask | ReferenceTask
+    inner: TrialTask | ReferenceTask | RemeasureTask
     expect: dict[str, str]
 
     @property
@@ -157,6 +170,8 @@ class Checked:
             return TaskResult(status="crashed", error=why, meta={"mismatch": True})
         if isinstance(self.inner, TrialTask):
             return run_trial(self.inner)
+        if isinstance(self.inner, RemeasureTask):
+            return run_remeasure(self.inner)
         return run_reference(self.inner)
 
 
@@ -225,8 +240,9 @@ def run_shipped(shipment: Shipment, timeout: float, env: dict[str, str], blobs: 
     root = node_root()
     task, scratch = stage(shipment, blobs, root)
     try:
-        # trials and references check their node first; other tasks (re-measurements) run as they are
-        wrapped = Checked(task, expect) if expect and isinstance(task, (TrialTask, ReferenceTask)) else task
+        # trials, references and re-measurements check their node first; other tasks run as they are
+        checked = (TrialTask, ReferenceTask, RemeasureTask)
+        wrapped = Checked(task, expect) if expect and isinstance(task, checked) else task
         result = hosted_run(wrapped, timeout, env)
         if result.meta.get("mismatch"):
             raise HardwareMismatch(result.error)
