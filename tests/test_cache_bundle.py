@@ -286,8 +286,8 @@ def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) ->
     a = tmp_path / "a"
     shutil.copytree(tuned.parent, a)
     with machine(a / "tuning.yaml").open_cache() as cache:
-        if not has_table(cache, "remeasurements"):
-            pytest.skip("this cache schema keeps no re-measurements")
+        assert has_table(cache, "remeasurements") and has_table(cache, "searches")
+        searches = [tuple(r) for r in cache.db.execute("SELECT * FROM searches ORDER BY group_key")]
         t = cache.all_trials()[0]
         row = {"key": "test-" + t.group_key, "group_key": t.group_key, "job": t.job, "baseline": "",
                "challengers": json.dumps([t.route]), "data": json.dumps({"baseline": "", "challengers": [t.route]}),
@@ -303,6 +303,14 @@ def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) ->
     with machine(c).open_cache() as cache:
         got = cache.db.execute("SELECT data FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
     assert got is not None and json.loads(got[0])["challengers"] == [t.route]
+    # so do the states of the searches (warm starts, budget spent): a machine that imports plans the same search
+    assert searches and all(s[4] != "running" for s in searches)
+    with machine(c).open_cache() as cache:
+        assert [tuple(r) for r in cache.db.execute("SELECT * FROM searches ORDER BY group_key")] == searches
+    assert import_bundle(machine(c), out).searches == 0  # idempotent
+    bad = _write(tmp_path / "bad-search.tar.gz", _rehash(_members(out), "searches.jsonl", b'{"group_key": 1}\n'))
+    with pytest.raises(BundleError, match="search row"):
+        read_bundle(bad)
     bad = _write(tmp_path / "bad.tar.gz", _rehash(_members(out), "remeasurements.jsonl", b'{"key": 1}\n'))
     with pytest.raises(BundleError, match="re-measurement row"):
         read_bundle(bad)

@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _project import make_project
+from _project import edit_manifest, make_project
 from _sharing import add_foreign_trials, fresh_clone, machine, other_machine, trial_table
 from typer.testing import CliRunner
 
-from trt_routes.apply import apply
+from trt_routes.apply import apply, compute_plan
 from trt_routes.cache.remote import PushReport, Remote, normalize_url, pull, push
 from trt_routes.canonical import file_sha256
 from trt_routes.cli import app
@@ -199,3 +199,32 @@ def test_machines_push_at_once_without_locks(a: Path, tmp_path: Path) -> None:
     c = fresh_clone(a, tmp_path / "c")
     got = pull(machine(c), remote)
     assert (got.segments, got.added, got.rejected) == (2, 20, [])
+
+
+@pytest.mark.parametrize("budget", [None, 3])
+def test_a_pulled_adaptive_cache_leaves_nothing_to_plan_build_or_remeasure(
+        budget: int | None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """The quickstart's default (adaptive) strategy: warm starts from related jobs' winners, budgets and side-by-side
+    confirmation. Machine B (same signature, a clone of the repo with tuning.lock) pulls A's cache: its plan
+    proposes nothing, and apply builds and re-measures nothing (also when A's search stopped at its budget)."""
+    a = make_project(tmp_path / "a", tiny_models, mode="adaptive")
+    if budget is not None:
+        edit_manifest(a, lambda d: d["strategies"]["s"].update(max_builds=budget))
+    assert apply(machine(a)).exit_code == 0
+    remote = (tmp_path / "remote").as_uri()
+    push(machine(a), remote)
+    b = fresh_clone(a, tmp_path / "b")
+    assert pull(machine(b), remote).added == len(trial_table(machine(a)))
+    project = machine(b)
+    with project.open_cache() as cache:
+        plan = compute_plan(project, cache, project.read_lock())
+        remeasured = cache.db.execute("SELECT count(*) FROM remeasurements").fetchone()[0]
+    # nothing to tune or re-decide: only the engines (not in git) are to be fetched from the cache
+    assert {j.action for j in plan.jobs} == {"materialize"}, {j.job.name: j.reasons for j in plan.jobs}
+    result = apply(machine(b))
+    assert result.exit_code == 0 and result.built == 0
+    with machine(b).open_cache() as cache:
+        assert cache.db.execute("SELECT count(*) FROM remeasurements").fetchone()[0] == remeasured
+    assert Lockfile.read(b.parent / "tuning.lock").jobs.keys() == Lockfile.read(a.parent / "tuning.lock").jobs.keys()
+    for name, entry in Lockfile.read(a.parent / "tuning.lock").jobs.items():
+        assert Lockfile.read(b.parent / "tuning.lock").jobs[name]["route"] == entry["route"]

@@ -31,10 +31,14 @@ FORMAT = "trt-routes-bundle"
 VERSION = 1
 MANIFEST = "trt-routes-bundle.json"
 TABLES = ("trials.jsonl", "signatures.jsonl", "references.jsonl")
-#: Present when the exporting cache has such rows: side-by-side re-measurements that confirm winners.
-OPTIONAL_TABLES = ("remeasurements.jsonl",)
+#: Present when the exporting cache has such rows: side-by-side re-measurements that confirm winners, and
+#: the state of each job group's search (warm-start routes, budget spent), so a machine that pulls a
+#: complete cache plans the same search and finds nothing left to build.
+OPTIONAL_TABLES = ("remeasurements.jsonl", "searches.jsonl")
 REMEASUREMENT_FIELDS = ("key", "group_key", "job", "baseline", "challengers", "data", "created_at", "host",
                         "tool_version")
+SEARCH_FIELDS = ("group_key", "strategy_key", "job", "warm", "state", "builds", "seconds", "updated_at")
+SEARCH_STATES = ("running", "budget", "complete")
 BLOB_KINDS = ("engine", "outputs", "reference")
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_TABLE_BYTES = 2 << 30
@@ -162,6 +166,28 @@ def parse_remeasurement(obj: Any, where: str) -> dict[str, str]:
     return dict(obj)
 
 
+def parse_search(obj: Any, where: str) -> dict[str, Any]:
+    """A search-state row (the cache's columns; ``warm`` is JSON text: the warm-start routes)."""
+    if not (isinstance(obj, dict) and set(obj) == set(SEARCH_FIELDS)
+            and all(isinstance(obj[k], str) for k in ("group_key", "strategy_key", "job", "warm", "state",
+                                                       "updated_at"))
+            and _HEX[32].match(obj["group_key"]) and _HEX[16].match(obj["strategy_key"])
+            and obj["state"] in SEARCH_STATES and _TIME.match(obj["updated_at"])
+            and isinstance(obj["builds"], int) and not isinstance(obj["builds"], bool) and obj["builds"] >= 0
+            and isinstance(obj["seconds"], (int, float)) and not isinstance(obj["seconds"], bool)
+            and math.isfinite(obj["seconds"]) and obj["seconds"] >= 0):
+        raise BundleError(f"{where}: a search row is {{{', '.join(SEARCH_FIELDS)}}} with a 32-hex group_key, "
+                          f"a 16-hex strategy_key, state one of {', '.join(SEARCH_STATES)}, builds and seconds "
+                          "not negative and a UTC updated_at")
+    try:
+        warm = json.loads(obj["warm"])
+    except ValueError as exc:
+        raise BundleError(f"{where}: search warm routes are not JSON ({exc})") from exc
+    if not (isinstance(warm, list) and all(isinstance(r, str) for r in warm)):
+        raise BundleError(f"{where}: search warm routes must be a list of routes")
+    return {**obj, "seconds": float(obj["seconds"])}
+
+
 def trial_json(trial: TrialRecord) -> dict[str, Any]:
     """A trial as bundle JSON (structures, not the cache's JSON-in-text columns)."""
     return {f: getattr(trial, f) for f in TRIAL_FIELDS}
@@ -183,6 +209,7 @@ class Bundle:
     signatures: dict[str, dict[str, str]] = field(default_factory=dict)
     references: list[dict[str, str]] = field(default_factory=list)
     remeasurements: list[dict[str, str]] = field(default_factory=list)
+    searches: list[dict[str, Any]] = field(default_factory=list)
     blobs: dict[str, Path] = field(default_factory=dict)
     staging: Path | None = None
 
@@ -195,7 +222,8 @@ class Bundle:
 def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: dict[str, dict[str, str]],
                  references: list[dict[str, str]] | None = None,
                  blobs: dict[str, tuple[Path, str]] | None = None, kind: str = "export",
-                 remeasurements: list[dict[str, str]] | None = None) -> dict[str, Any]:
+                 remeasurements: list[dict[str, str]] | None = None,
+                 searches: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write a bundle to ``dest`` (a path, written atomically, or a binary file). ``blobs`` maps a sha256
     to (file, kind); each file is verified against its name first. Returns the manifest."""
     blobs = blobs or {}
@@ -214,6 +242,9 @@ def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: 
     if remeasurements:
         tables["remeasurements.jsonl"] = (_jsonl(sorted(remeasurements, key=lambda r: r["key"])),
                                           len(remeasurements))
+    if searches:
+        tables["searches.jsonl"] = (_jsonl(sorted(searches, key=lambda r: (r["group_key"], r["strategy_key"]))),
+                                    len(searches))
     manifest = {
         "format": FORMAT, "version": VERSION, "kind": kind, "created_at": now(), "host": socket.gethostname(),
         "tool_version": __version__,
@@ -434,3 +465,6 @@ def _parse_tables(bundle: Bundle, tables: dict[str, bytes], manifest: dict[str, 
         for at, obj in _rows(tables["remeasurements.jsonl"], "remeasurements.jsonl", where,
                              members["remeasurements.jsonl"]["rows"]):
             bundle.remeasurements.append(parse_remeasurement(obj, at))
+    if "searches.jsonl" in tables:
+        for at, obj in _rows(tables["searches.jsonl"], "searches.jsonl", where, members["searches.jsonl"]["rows"]):
+            bundle.searches.append(parse_search(obj, at))

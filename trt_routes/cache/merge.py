@@ -22,8 +22,11 @@ from filelock import FileLock, Timeout
 from trt_routes.artifacts import BlobStore
 from trt_routes.cache.bundle import (
     REMEASUREMENT_FIELDS,
+    SEARCH_FIELDS,
+    SEARCH_STATES,
     BundleError,
     parse_remeasurement,
+    parse_search,
     parse_trial,
     read_bundle,
     trial_json,
@@ -50,6 +53,7 @@ class MergeReport:
     signatures: int = 0
     references: int = 0
     remeasurements: int = 0
+    searches: int = 0
     blobs: int = 0
     skipped: list[str] = field(default_factory=list)
 
@@ -121,9 +125,58 @@ def _merge_remeasurements(cache: CacheStore, rows: list[dict[str, str]]) -> int:
     return changed
 
 
+def search_rank(row: dict[str, Any]) -> tuple[int, float, int, str]:
+    """The order that decides between two states of one search: the one that got further (more builds,
+    then more time, then finished over stopped over running), then the digest of the row. Taking the
+    maximum is idempotent and independent of the order in which states arrive."""
+    text = json.dumps({k: row[k] for k in SEARCH_FIELDS}, sort_keys=True)
+    return (int(row["builds"]), float(row["seconds"]), SEARCH_STATES.index(row["state"]),
+            hashlib.sha256(text.encode()).hexdigest())
+
+
+def search_row_key(row: dict[str, Any]) -> str:
+    """What a push records for a search state: its identity and content (a changed state pushes again;
+    a rewrite that changes only its time does not)."""
+    text = json.dumps({k: row[k] for k in SEARCH_FIELDS if k != "updated_at"}, sort_keys=True)
+    return f"{row['group_key']}:{row['strategy_key']}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def _merge_searches(cache: CacheStore, rows: list[dict[str, Any]]) -> int:
+    """Search states, inside the caller's transaction: per (group_key, strategy_key) the one that got
+    further stands. A cache without the table (an older schema) skips them."""
+    if not rows or not has_table(cache, "searches"):
+        return 0
+    changed = 0
+    cols = ", ".join(SEARCH_FIELDS)
+    for row in rows:
+        old = cache.db.execute(f"SELECT {cols} FROM searches WHERE group_key = ? AND strategy_key = ?",
+                               [row["group_key"], row["strategy_key"]]).fetchone()
+        mine: dict[str, Any] | None = None
+        if old is not None:
+            try:
+                mine = parse_search(_search_item(old), "local search state")
+            except BundleError:
+                mine = None  # a row that does not decode is replaced
+        if mine is None or search_rank(row) > search_rank(mine):
+            cache.db.execute(f"INSERT OR REPLACE INTO searches ({cols}) VALUES ({', '.join('?' * len(SEARCH_FIELDS))})",
+                             [row[k] for k in SEARCH_FIELDS])
+            changed += 1
+    return changed
+
+
+def _search_item(row: Iterable[Any]) -> dict[str, Any]:
+    item = dict(zip(SEARCH_FIELDS, row, strict=True))
+    for k in ("group_key", "strategy_key", "job", "warm", "state", "updated_at"):
+        item[k] = "" if item[k] is None else str(item[k])
+    item["builds"] = int(item["builds"] or 0)
+    item["seconds"] = float(item["seconds"] or 0.0)
+    return item
+
+
 def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, dict[str, str]],
           references: Iterable[dict[str, str]] = (), *, state: Iterable[tuple[str, str, str]] = (),
-          source: str = "", remeasurements: list[dict[str, str]] | None = None) -> MergeReport:
+          source: str = "", remeasurements: list[dict[str, str]] | None = None,
+          searches: list[dict[str, Any]] | None = None) -> MergeReport:
     """Merge rows in one transaction; ``state`` rows (remote, kind, key) are recorded in the same one."""
     report = MergeReport(source=source)
     incoming: dict[str, TrialRecord] = {}
@@ -161,6 +214,7 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
                 "VALUES (?, ?, ?, ?)", [ref["key"], ref["inputs_sha256"], ref["outputs_sha256"], ref["created_at"]])
             report.references += cur.rowcount
         report.remeasurements = _merge_remeasurements(cache, remeasurements or [])
+        report.searches = _merge_searches(cache, searches or [])
         at = now()
         cache.db.conn.executemany("INSERT OR IGNORE INTO remote_state (remote, kind, key, at) VALUES (?, ?, ?, ?)",
                                   [(r, k, key, at) for r, k, key in state])
@@ -233,6 +287,29 @@ def remeasurements_of(cache: CacheStore, trials: list[TrialRecord] | None) -> li
     return out
 
 
+def searches_of(cache: CacheStore, trials: list[TrialRecord] | None) -> list[dict[str, Any]]:
+    """The search-state rows of the groups of ``trials`` (all of them for None; none where the cache has
+    no such table). A search still running here is left out: its state is not a fact yet."""
+    if not has_table(cache, "searches"):
+        return []
+    cols = ", ".join(SEARCH_FIELDS)
+    if trials is None:
+        queries = [(f"SELECT {cols} FROM searches", [])]
+    else:
+        queries = [(f"SELECT {cols} FROM searches WHERE group_key IN ({', '.join('?' * len(chunk))})", chunk)
+                   for chunk in _chunks(sorted({t.group_key for t in trials}))]
+    out: list[dict[str, Any]] = []
+    for sql, args in queries:
+        for row in cache.db.execute(sql, args):
+            try:
+                item = parse_search(_search_item(row), "search state")
+            except BundleError:
+                continue  # a row another version wrote differently stays local
+            if item["state"] != "running":
+                out.append(item)
+    return out
+
+
 def collect(cache: CacheStore, trials: list[TrialRecord]) -> tuple[
         list[TrialRecord], dict[str, dict[str, str]], list[dict[str, str]], list[str]]:
     """The exportable subset of ``trials`` with their signatures and references, and why others were left."""
@@ -281,7 +358,8 @@ def export_bundle(project: Project, dest: Path, *, engines: bool = False, output
                     blobs.setdefault(sha, (store.path(sha), "reference"))
     with project.open_cache() as cache:
         remeasured = remeasurements_of(cache, keep)
-    write_bundle(dest, keep, signatures, refs, blobs, remeasurements=remeasured)
+        searched = searches_of(cache, keep)
+    write_bundle(dest, keep, signatures, refs, blobs, remeasurements=remeasured, searches=searched)
     return ExportReport(str(dest), len(keep), len(signatures), len(refs), len(blobs), dest.stat().st_size,
                         skipped)
 
@@ -295,7 +373,7 @@ def import_bundle(project: Project, path: Path) -> MergeReport:
             with project.open_cache() as cache:
                 blobs = install_blobs(store, bundle.blobs)
                 report = merge(cache, bundle.trials, bundle.signatures, bundle.references, source=str(path),
-                               remeasurements=bundle.remeasurements)
+                               remeasurements=bundle.remeasurements, searches=bundle.searches)
                 report.blobs = blobs
         finally:
             bundle.discard()

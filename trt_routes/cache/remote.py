@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from trt_routes.artifacts import BlobStore
 from trt_routes.cache.bundle import BundleError, read_bundle, write_bundle
-from trt_routes.cache.merge import collect, exclusive, install_blobs, merge, remeasurements_of
+from trt_routes.cache.merge import (
+    collect,
+    exclusive,
+    install_blobs,
+    merge,
+    remeasurements_of,
+    search_row_key,
+    searches_of,
+)
 from trt_routes.cache.store import CacheStore, now
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError, UsageError
@@ -207,6 +215,8 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
         trials = [t for t in cache.all_trials() if t.id not in pushed]
         keep, signatures, refs, report.skipped = collect(cache, trials)
         remeasured = [r for r in remeasurements_of(cache, None) if r["key"] not in pushed_remeasurements]
+        pushed_searches = set() if everything else _state(cache, remote.url, "search")
+        searched = [r for r in searches_of(cache, None) if search_row_key(r) not in pushed_searches]
         wanted = {e.get("engine", {}).get("sha256", "") for e in lock.jobs.values()}
         if all_engines:
             wanted |= {t.engine_sha256 for t in keep}
@@ -222,16 +232,18 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
                 remote.put_file(store.path(sha), remote.blob_path(sha))
                 report.engines += 1
             state.append((remote.url, "blob", sha))
-        if keep or remeasured:
+        if keep or remeasured or searched:
             with tempfile.TemporaryDirectory(dir=project.cache_path.parent) as tmp:
                 local = Path(tmp) / "segment.tar.gz"
-                write_bundle(local, keep, signatures, refs, kind="segment", remeasurements=remeasured)
+                write_bundle(local, keep, signatures, refs, kind="segment", remeasurements=remeasured,
+                             searches=searched)
                 sha = file_sha256(local)
                 if not remote.exists(remote.segment_path(sha)):
                     remote.put_file(local, remote.segment_path(sha))
             report.segment, report.trials, report.remeasurements = sha, len(keep), len(remeasured)
             state += [(remote.url, "segment", sha)] + [(remote.url, "trial", t.id) for t in keep]
             state += [(remote.url, "remeasurement", r["key"]) for r in remeasured]
+            state += [(remote.url, "search", search_row_key(r)) for r in searched]
         remember(cache, remote, pulled=False)
         merge(cache, [], {}, state=state)  # the record of what the remote now holds, one transaction
     return report
@@ -293,8 +305,9 @@ def pull(project: Project, url: str, options: dict[str, str] | None = None) -> P
                 install_blobs(store, bundle.blobs)
                 state = [(remote.url, "segment", sha)] + [(remote.url, "trial", t.id) for t in bundle.trials]
                 state += [(remote.url, "remeasurement", r["key"]) for r in bundle.remeasurements]
+                state += [(remote.url, "search", search_row_key(r)) for r in bundle.searches]
                 merged = merge(cache, bundle.trials, bundle.signatures, bundle.references, state=state,
-                               source=label, remeasurements=bundle.remeasurements)
+                               source=label, remeasurements=bundle.remeasurements, searches=bundle.searches)
             report.segments += 1
             report.added += merged.added
             report.present += merged.present
