@@ -74,15 +74,16 @@ def ort_project(root: Path) -> Path:
     return root / "tuning.yaml"
 
 
-def torch_project(root: Path, device: str = "gpu") -> Path:
+def torch_project(root: Path, device: str = "gpu", group: str | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "bench_models.py").write_text(MLP)
     data: dict[str, Any] = {
         "schema_version": 1,
         "measurement": {"warmup": 10, "iterations": 50, "repeats": 5, "timeout_s": 600},
         "targets": {"gpu": {"kind": "gpu", "name": "*"}} if device == "gpu" else {"cpu": {"kind": "cpu"}},
-        "switch_groups": {"g": TORCH_GROUP if device == "gpu" else TORCH_CPU_GROUP},
-        "strategies": {"full": {"mode": "full"}},
+        "switch_groups": {"g": group or (TORCH_GROUP if device == "gpu" else TORCH_CPU_GROUP)},
+        # throughput of trials: the side-by-side confirmation after the search runs in one worker, so it is off
+        "strategies": {"full": {"mode": "full", "confirm": False}},
         "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 5e-3}]}},
         "defaults": {"backend": "torch-inductor", "targets": [device], "switch_group": "g", "strategy": "full",
                      "tolerance": "t", "settings": {"dtype": "float16" if device == "gpu" else "float32"}},
@@ -119,6 +120,7 @@ def main() -> None:
     ap.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch-inductor"])
     ap.add_argument("--workers", default="2,1", help="worker counts, in the order to run them")
     ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="torch-inductor's target kind")
+    ap.add_argument("--group", default=None, help="torch-inductor switch group (default: three jit knobs, 8 routes)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     counts = [int(x) for x in args.workers.split(",")]
@@ -130,7 +132,7 @@ def main() -> None:
         if args.backend == "onnxruntime":
             template = ort_project(scratch / "template")
         else:
-            template = torch_project(scratch / "template", args.device)
+            template = torch_project(scratch / "template", args.device, args.group)
         rows = []
         for n in counts:  # each run reported as it ends (a time-limited run keeps what finished)
             rows.append(run(template, n, scratch))
