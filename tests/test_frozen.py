@@ -270,3 +270,20 @@ def test_search_space_membership_for_adaptive_strategies(tuned: Path) -> None:
     assert in_search_space("-graph_optimization_level=basic -intra_op_num_threads=1", job.expression, job.catalog)
     assert not in_search_space("-intra_op_num_threads=3", job.expression, job.catalog)
     assert not in_search_space("-allow_spinning=0", job.expression, job.catalog)
+
+
+def test_lock_check_reports_a_changed_selection_rule(tuned: Path, tmp_path: Path) -> None:
+    manifest = fresh_machine(tuned, tmp_path / "fresh")
+    edit_manifest(manifest, lambda d: d["strategies"]["s"].update(confirm={"margin": 0.05, "confidence": 0.99}))
+    code, out = cli("lock", "check", "-m", str(manifest))
+    assert code == 1, out
+    for name in ("cnn/bs1/cpu", "cnn/bs4/cpu"):
+        assert f"{name}: changed: selection rule changed (strategy 's' confirm): confidence 0.95 -> 0.99, " \
+               "margin 0.02 -> 0.05" in " ".join(out.split())
+    code, out = cli("lock", "check", "--json", "-m", str(manifest))
+    assert code == 1 and all("margin 0.02 -> 0.05" in " ".join(m["details"]) for m in json.loads(out)["mismatches"])
+    edit_manifest(manifest, lambda d: d["strategies"]["s"].update(confirm=False))
+    assert "side-by-side confirmation turned off (confirm: false)" in _mismatch(manifest)
+    edit_manifest(manifest, lambda d: d["strategies"]["s"].pop("confirm"))  # back to the locked rule
+    code, out = cli("lock", "check", "-m", str(manifest))
+    assert code == 0, out

@@ -1,7 +1,8 @@
 """Does tuning.lock still describe the manifest? Job by job and key by key, without building anything.
 
 Used by ``apply --frozen`` and ``lock check``. Hardware-independent: it compares the manifest's side of
-each lock entry (model digest, shapes, settings, protocol, reference, tolerance, strategy, candidates);
+each lock entry (model digest, shapes, settings, protocol, reference, tolerance, strategy, selection rule,
+candidates);
 the machine's side (the signature) is compared separately by :func:`signature_drift`."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from trt_routes.backends import registry
 from trt_routes.catalog import Catalog
 from trt_routes.errors import LockfileError, RouteError
 from trt_routes.jobs import Job
+from trt_routes.jobsearch import selection_key
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan import candidates_key, tolerance_change
 from trt_routes.routes import Expression, describe, route_dict
@@ -140,6 +142,9 @@ def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
         changes.append(why)
     if entry.get("tolerance_key") and entry["tolerance_key"] != job.tolerance_key:
         changes.append(tolerance_change(job.tolerance_name, entry.get("tolerance"), job.tolerance))
+    selection = entry.get("selection") or {}
+    if selection.get("key") and selection["key"] != selection_key(job):
+        changes.append(_selection_change(job, selection))
     strategy = {"name": job.strategy_name, "mode": job.strategy.mode}
     if entry.get("strategy") and entry["strategy"] != strategy:
         old = entry["strategy"]
@@ -148,6 +153,22 @@ def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
     elif job.expression is not None and job.catalog is not None:
         changes += _candidate_changes(job, entry)
     return changes
+
+
+def _selection_change(job: Job, selection: Mapping[str, Any]) -> str:
+    """How the selection rule (the strategy's ``confirm`` settings) differs from the one the lock was
+    decided under, field by field where the lock's confirmation record names the old values."""
+    head = f"selection rule changed (strategy '{job.strategy_name}' confirm)"
+    confirm = job.strategy.confirm
+    if confirm is None:
+        return f"{head}: side-by-side confirmation turned off (confirm: false)"
+    if selection.get("key") == canonical.digest(None, 16):
+        return f"{head}: side-by-side confirmation turned on"
+    old = selection.get("confirmation") or {}
+    new = confirm.model_dump()
+    diff = [f"{k} {canonical.normalize(old[k])} -> {canonical.normalize(new[k])}" for k in sorted(new)
+            if k in old and canonical.normalize(old[k]) != canonical.normalize(new[k])]
+    return f"{head}: " + (", ".join(diff) or "(details not in the lock)")
 
 
 def _candidate_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
