@@ -127,3 +127,27 @@ def test_jobs_that_cannot_run_here_are_listed_with_the_reason(project: Project) 
     assert 'class="badge none">blocked<' in blocked and "CPU targets only" in blocked
     assert "blocked here" in html[html.index('class="overview"'):]
     assert re.findall(r'<g class="point winner[^"]*" data-route="([^"]+)"', section(html, JOB)) == [THREADS1]
+
+
+def test_each_job_shows_the_locks_side_by_side_confirmation(project: Project) -> None:
+    lock = project.read_lock()
+    result = {"route": THREADS1, "ratio": 0.4987, "ci": [0.4821, 0.5133], "rounds": 15, "passed": True,
+              "reason": "confirmed"}
+    lost = {"route": NCHWC, "ratio": 1.012, "ci": [0.97, 1.06], "rounds": 15, "passed": False, "reason": "no"}
+    lock.jobs[JOB]["selection"] = {"key": "0" * 16, "confirmation": {
+        "margin": 0.02, "confidence": 0.95, "rounds": 15, "iterations": 10, "slot_ms": 20,
+        "vs_default": {"baseline": "", "results": [result, lost], "winner": THREADS1}, "vs_locked": None}}
+    lock.jobs["cnn/bs4/cpu"] = {"route": "", "selection": {"key": "0" * 16, "confirmation": {
+        "note": "no confirmation: the default route is not eligible, so nothing to compare with"}}}
+    lock.write()
+    html = build_report(open_project(project.loaded.path))
+    one = section(html, JOB)
+    start = one.index('class="confirmation"')
+    block = one[start: one.index("</div>", start)]
+    assert "Side-by-side confirmation (tuning.lock)" in block and "less than 0.98x" in block and "95%" in block
+    rows = re.findall(r'<tr class="(ok|failed)" data-route="([^"]+)">(.*?)</tr>', block)
+    assert [(cls, route) for cls, route, _ in rows] == [("ok", THREADS1), ("failed", NCHWC)]
+    assert "<td class=num>0.499x</td><td class=num>0.482x-0.513x</td>" in rows[0][2] and "confirmed" in rows[0][2]
+    assert "1.01x" in rows[1][2] and "0.97x-1.06x" in rows[1][2] and "not confirmed" in rows[1][2]
+    # a job without trials here still shows what its lock says
+    assert "the default route is not eligible" in section(html, "cnn/bs4/cpu")

@@ -232,6 +232,44 @@ def _trials_table(rep: JobReport) -> str:
             "<th>build s</th><th>verdict</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></details>")
 
 
+def _ratio(value: Any) -> str:
+    return f"{value:.3g}x" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
+def _confirmation(lock: dict[str, Any] | None) -> str:
+    """The lock's side-by-side confirmation of the job's winner: per challenger its time ratio to the
+    baseline (the default route, then the locked winner) with its interval and the verdict."""
+    data = ((lock or {}).get("selection") or {}).get("confirmation") or {}
+    if not data:
+        return ""
+    head = '<div class="confirmation"><h3>Side-by-side confirmation (tuning.lock)</h3>'
+    if "note" in data:
+        return head + f'<p class="note">{esc(str(data["note"]))}</p></div>'
+    rule = ""
+    if isinstance(data.get("margin"), (int, float)):
+        rule = (f'<p class="note">A route wins when it takes less than {_ratio(1 - data["margin"])} the '
+                f"baseline's time side by side and its {data.get('confidence', 0.95):.0%} interval ends below "
+                f"1x ({esc(str(data.get('rounds', '?')))} interleaved rounds).</p>")
+    rows = []
+    for part, title in (("vs_default", "default route"), ("vs_locked", "locked winner")):
+        block = data.get(part) or {}
+        for r in block.get("results") or []:
+            ci = r.get("ci") or []
+            interval = f"{_ratio(ci[0])}-{_ratio(ci[1])}" if len(ci) == 2 else "-"
+            passed = bool(r.get("passed"))
+            rows.append(
+                f'<tr class="{"ok" if passed else "failed"}" data-route="{esc(describe(str(r.get("route", ""))))}">'
+                f"<td>{title} <code>{esc(describe(str(block.get('baseline', ''))))}</code></td>"
+                f"<td><code>{esc(describe(str(r.get('route', ''))))}</code></td>"
+                f"<td class=num>{_ratio(r.get('ratio'))}</td><td class=num>{interval}</td>"
+                f"<td class=num>{esc(str(r.get('rounds', '-')))}</td>"
+                f"<td>{'confirmed' if passed else 'not confirmed'}</td></tr>")
+    table = ("<table class=confirm><thead><tr><th>against</th><th>challenger</th><th>time ratio</th>"
+             "<th>interval</th><th>rounds</th><th>verdict</th></tr></thead><tbody>" + "".join(rows)
+             + "</tbody></table>") if rows else ""
+    return head + rule + table + "</div>"
+
+
 def _legend(points: list[Point]) -> str:
     other = ('<span><i class="dot other"></i>not a candidate now</span>'
              if any(not p.candidate for p in points) else "")
@@ -248,7 +286,7 @@ def _job_section(rep: JobReport) -> str:
             f"({esc(job.strategy.mode)}) · switch group {esc(job.switch_group)} · tolerance "
             f"{esc(job.tolerance_name)}: {_tolerance(job)}</p>")
     if rep.state in ("blocked", "no-trials"):
-        return head + f'<p class="note">{esc(rep.note)}</p></section>'
+        return head + f'<p class="note">{esc(rep.note)}</p>{_confirmation(rep.ex.lock if rep.ex else None)}</section>'
     ex = rep.ex
     assert ex is not None
     decision = "".join(f"<li>{esc(line.strip())}</li>" for line in ex.decision)
@@ -261,7 +299,8 @@ def _job_section(rep: JobReport) -> str:
     if rep.unplotted:
         unplotted = ('<p class="unplotted">Not plotted (no timing): '
                      + "; ".join(f"<code>{esc(r)}</code>: {esc(why)}" for r, why in rep.unplotted) + "</p>")
-    return head + f'<ul class="decision">{decision}</ul>' + charts + unplotted + _trials_table(rep) + "</section>"
+    return (head + f'<ul class="decision">{decision}</ul>' + _confirmation(ex.lock) + charts + unplotted
+            + _trials_table(rep) + "</section>")
 
 
 def render(report: Report) -> str:
