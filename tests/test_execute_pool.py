@@ -49,9 +49,12 @@ def drain(pool: PoolExecutor, n: int) -> list[dict]:  # type: ignore[type-arg]
 
 def test_gpu_workers_are_pinned_one_device_each_and_run_concurrently(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # this process sees two GPUs: physical 3 and 5
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
     slots = local_slots(fake_env(GPU, GPU))
+    share = str(max(1, (os.cpu_count() or 1) // 2))  # the host's cores split between the two GPU workers
     assert [(s.name, s.env) for s in slots] == [
-        ("gpu0", {"CUDA_VISIBLE_DEVICES": "3"}), ("gpu1", {"CUDA_VISIBLE_DEVICES": "5"}), ("cpu0", {})]
+        ("gpu0", {"CUDA_VISIBLE_DEVICES": "3", "TORCHINDUCTOR_COMPILE_THREADS": share}),
+        ("gpu1", {"CUDA_VISIBLE_DEVICES": "5", "TORCHINDUCTOR_COMPILE_THREADS": share}), ("cpu0", {})]
     device = {"device": "gpu", **GPU}
     with PoolExecutor(slots) as pool:
         assert pool.free_slots({"device": device}) == 2

@@ -62,6 +62,12 @@ def local_slots(env: Environment, workers: int | None = None, cpu_workers: int =
             continue
         per_kind[kind] = per_kind.get(kind, 0) + 1
         slots.append(Slot(f"gpu{index}", device, {"CUDA_VISIBLE_DEVICES": cuda_id}))
+    if len(slots) > 1 and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        # GPU workers share the host's cores for compilation: without a bound, each backend's compile pool
+        # (Inductor sizes its pool to every core) fights the others and trials slow down as workers are added
+        share = str(max(1, (os.cpu_count() or 1) // len(slots)))
+        for slot in slots:
+            slot.env["TORCHINDUCTOR_COMPILE_THREADS"] = share
     cpu_device = {"device": "cpu", **env.cpu}
     if cpu_workers <= 1:
         slots.append(Slot("cpu0", cpu_device))
