@@ -177,26 +177,34 @@ def test_noise_level_win_does_not_replace_the_default_with_real_onnxruntime(
     """Knobs that cannot change anything for a CNN (no GELU to fuse): every route builds the same engine,
     so any measured gain is noise. Confirmation keeps the default and explain says why."""
     group = "-disable:GeluFusion=[off|on] -disable:BiasGeluFusion=[off|on] -disable:QuickGeluFusion=[off|on]"
-    manifest = make_project(tmp_path / "p", tiny_models, group=group, mode="fast",
-                            measurement={"warmup": 2, "iterations": 5, "repeats": 3, "timeout_s": 60})
-    edit_manifest(manifest, lambda d: d["strategies"]["s"].update(
-        confirm={"rounds": 12, "iterations": 5, "margin": 0.05, "confidence": 0.99, "slot_ms": 5}))
-    edit_manifest(manifest, lambda d: d["models"]["cnn"].update(shapes={"bs1": {"input": [1, 3, 32, 32]}}))
-    result = apply(open_project(manifest))
-    assert result.exit_code == 0, [o.error for o in result.outcomes]
-    (outcome,) = result.outcomes
-    assert outcome.selection is not None and outcome.selection.winner == ""
+    # Which routes look faster than the default in the search is itself noise (0 to 3 of them); only those
+    # are challengers. Repeat the whole scenario until at least one challenger reaches confirmation
+    # (each attempt has ~3/4 chance), so the test always exercises the side-by-side re-measurement.
+    for attempt in range(6):
+        manifest = make_project(tmp_path / f"p{attempt}", tiny_models, group=group, mode="fast",
+                                measurement={"warmup": 2, "iterations": 5, "repeats": 3, "timeout_s": 60})
+        edit_manifest(manifest, lambda d: d["strategies"]["s"].update(
+            confirm={"rounds": 12, "iterations": 5, "margin": 0.05, "confidence": 0.99, "slot_ms": 5}))
+        edit_manifest(manifest, lambda d: d["models"]["cnn"].update(shapes={"bs1": {"input": [1, 3, 32, 32]}}))
+        result = apply(open_project(manifest))
+        assert result.exit_code == 0, [o.error for o in result.outcomes]
+        (outcome,) = result.outcomes
+        assert outcome.selection is not None and outcome.selection.winner == ""
+        data = outcome.selection.confirmation or {}
+        challengers = len((data.get("vs_default") or {}).get("results") or [])
+        if challengers:
+            break
+    assert 1 <= challengers <= 3, "no route ever looked faster than the default in six searches"
     assert outcome.selection.summary.startswith("default route kept")
-    data = outcome.selection.confirmation or {}
-    assert len(data["vs_default"]["results"]) == 3 and not any(r["passed"] for r in data["vs_default"]["results"])
+    assert not any(r["passed"] for r in data["vs_default"]["results"])
     ex = explain(open_project(manifest), "cnn/bs1/cpu")
     assert any(line.startswith("Re-measured against the default route") for line in ex.decision)
     assert ex.decision[0].startswith("default route kept: the best challenger")
     project = open_project(manifest)
     with project.open_cache() as cache:
         (row,) = facts.remeasurements_for(cache, project.jobs[0].group_key)
-    assert row["baseline"] == "" and len(row["slots"]) == 1 + 2 * 3 * 12
+    assert row["baseline"] == "" and len(row["slots"]) == 1 + 2 * challengers * 12
     assert set(plan_actions(manifest)) == {"up-to-date"}
-    shutil.rmtree(tmp_path / "p" / "engines")  # materialize only: no re-measurement
+    shutil.rmtree(manifest.parent / "engines")  # materialize only: no re-measurement
     again = apply(open_project(manifest))
     assert again.built == 0 and [o.action for o in again.outcomes] == ["materialize"]

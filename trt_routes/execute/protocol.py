@@ -3,8 +3,9 @@
 
 Works through any backend's ``Runner.time`` (a window of runs is ``time(feeds, 0, window, 1)``).
 Noise context: CPU load (1-minute load average and the busy share of every CPU while measuring, from
-/proc/stat, when the measurement lasted at least one clock tick) and, for GPU targets, clocks, temperature, power and throttle reasons through NVML
-(``pynvml`` from nvidia-ml-py, imported lazily; absent: nothing recorded)."""
+/proc/stat, when the measurement lasted at least one clock tick) and, for GPU targets, clocks, temperature,
+power and throttle reasons through NVML (``pynvml`` from nvidia-ml-py, imported lazily; absent: nothing
+recorded)."""
 
 from __future__ import annotations
 
