@@ -170,7 +170,12 @@ def _block_bootstrap_medians(blocks: np.ndarray, resamples: int, seed: int) -> n
     for start in range(0, resamples, rows):
         count = min(rows, resamples - start)
         pick = rng.integers(0, nb, size=(count, nb))
-        parts.append(np.median(blocks[pick].reshape(count, nb * size), axis=1))
+        # a resample's median depends only on which blocks it holds, not their order: with few blocks (the
+        # protocol's repeats) most resamples repeat one of a handful of multisets, so take each median once
+        pick.sort(axis=1)
+        uniq, inverse = np.unique(pick, axis=0, return_inverse=True)
+        medians = np.median(blocks[uniq].reshape(len(uniq), nb * size), axis=1)
+        parts.append(medians[inverse.ravel()])
     return np.concatenate(parts)
 
 
