@@ -120,6 +120,7 @@ def serve(conn: Connection) -> None:
             for folder in _SCRATCH.values():
                 shutil.rmtree(folder, ignore_errors=True)
             return
+        started = time.perf_counter()
         try:
             if isinstance(task, TrialTask):
                 result = run_trial(task)
@@ -133,6 +134,7 @@ def serve(conn: Connection) -> None:
                 result = TaskResult(status="crashed", error=f"unknown task {type(task).__name__}")
         except Exception as exc:
             result = TaskResult(status="crashed", error=_one_line(exc), log=traceback.format_exc())
+        result.meta["worker_s"] = time.perf_counter() - started  # task wall time inside the worker
         try:
             conn.send(result)
         except (BrokenPipeError, OSError):
