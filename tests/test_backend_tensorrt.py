@@ -684,3 +684,24 @@ models:
     assert locked in {"", "-peep:max=4", "-conv_use_long_w=off -peep:max=4"}
     assert built["builder_optimization_level"] == 2
     assert len(_cache_files(tmp_path / "tc")) == 1
+
+
+def test_knobs_command_prints_the_catalog_like_help_build_route(tmp_path: Path) -> None:
+    """`trt-routes knobs --backend tensorrt [KNOB]` with the stand-in importable, and exit 3 without it."""
+    env = {**os.environ, "PYTHONPATH": str(STANDIN), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+
+    def knobs(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "trt_routes.cli", "knobs", "--backend", "tensorrt", *args],
+                              capture_output=True, text=True, env=environ, cwd=tmp_path, timeout=120, check=False)
+
+    done = knobs(environ=env)
+    assert done.returncode == 0, done.stderr
+    assert "tuner" in done.stdout.splitlines()[0]
+    assert "-conv_use_long_w=[on|off]" in done.stdout and "(default on, build)" in done.stdout
+    one = knobs("--", "-kgen:codegen:cuda_tile", environ=env)
+    assert one.returncode == 0 and "-kgen:codegen:cuda_tile=[0|1|2|3]" in one.stdout
+    assert "-conv_use_long_w" not in one.stdout
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    missing = knobs(environ=bare)
+    assert missing.returncode == 3 and "TensorRT Global Performance Tuner unavailable" in missing.stderr
+    assert "Traceback" not in missing.stderr
