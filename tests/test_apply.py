@@ -184,3 +184,14 @@ def test_reference_files_that_disagree_fail_the_gate(tmp_path: Path, tiny_models
     plan = plan_of(manifest)
     assert plan.jobs[0].action == "tune" and "reference data changed" in plan.jobs[0].reasons
     assert apply(open_project(manifest)).exit_code == 0
+
+
+def test_reference_key_follows_the_model_dtype_setting(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    import dataclasses
+
+    manifest = make_project(tmp_path / "p", tiny_models)
+    job = open_project(manifest).jobs[0]
+    fp16 = dataclasses.replace(job, settings={"dtype": "float16"})
+    fp32 = dataclasses.replace(job, settings={"dtype": "float32"})
+    assert len({job.reference_key, fp16.reference_key, fp32.reference_key}) == 3
+    assert dataclasses.replace(job, settings={"other": 1}).reference_key == job.reference_key

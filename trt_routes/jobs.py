@@ -81,9 +81,11 @@ class Job:
     def reference_key(self) -> str:
         if self.reference_shas is not None:
             return canonical.digest({"files": list(self.reference_shas)}, 16)
-        return canonical.digest(
-            {"auto": self.reference_version, "model": self.model_digest, "inputs": self.inputs,
-             "seed": self.measurement.seed}, 16)
+        recipe: dict[str, Any] = {"auto": self.reference_version, "model": self.model_digest, "inputs": self.inputs,
+                                  "seed": self.measurement.seed}
+        if "dtype" in self.settings:  # a float16 model's reference carries its own overflow check
+            recipe["dtype"] = self.settings["dtype"]
+        return canonical.digest(recipe, 16)
 
     @cached_property
     def tolerance_key(self) -> str:
