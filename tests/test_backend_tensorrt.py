@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _tensorrt_knobs import PUBLIC_KNOBS
 from _trt_models import PROFILE, conv_model, custom_op_model
 
 from trt_routes.backends import cuda_device
@@ -35,19 +36,6 @@ from trt_routes.lockfile import Lockfile
 
 STANDIN = Path(__file__).parent / "standin"
 PREFIX = "TensorRT Global Performance Tuner unavailable"
-PUBLIC_KNOBS = {
-    "-conv_use_long_w",
-    "-kgen:codegen:cuda_tile",
-    "-match_ragged_mha",
-    "-copy_ppg",
-    "-reshape_ppg",
-    "-transpose_ppg",
-    "-slice_fusion",
-    "-cask_fusion:num_tactics",
-    "-peep:max",
-    "-conv_lowering",
-    "-kgen:tiling",
-}
 
 
 def _purge_standins() -> None:

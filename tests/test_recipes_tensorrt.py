@@ -6,26 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _tensorrt_knobs import PUBLIC_KNOBS
 
 from trt_routes.backends.tensorrt import TensorRTBackend, check_settings
 from trt_routes.manifest.schema import Manifest
 from trt_routes.routes import parse_expression
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "tensorrt"
-#: Knob names seen in public material (TENSORRT.md), and the values published for two of them.
-PUBLIC_KNOBS = {
-    "-conv_use_long_w",
-    "-kgen:codegen:cuda_tile",
-    "-match_ragged_mha",
-    "-copy_ppg",
-    "-reshape_ppg",
-    "-transpose_ppg",
-    "-slice_fusion",
-    "-cask_fusion:num_tactics",
-    "-peep:max",
-    "-conv_lowering",
-    "-kgen:tiling",
-}
 PUBLISHED_VALUES = {"-conv_use_long_w": {"on", "off"}, "-kgen:codegen:cuda_tile": {"0", "1", "2", "3"}}
 
 

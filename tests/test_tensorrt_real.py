@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _tensorrt_knobs import PUBLIC_KNOBS
 from _trt_models import PROFILE, conv_model, custom_op_model
 
 from trt_routes.backends import cuda_device
@@ -33,19 +34,6 @@ if getattr(trt, "__standin__", False):  # the stand-in must never pass for the r
 if not cuda_device.gpu_fields():
     pytest.skip("no NVIDIA GPU visible (cuda-python / NVML found none)", allow_module_level=True)
 
-PUBLIC_KNOBS = {
-    "-conv_use_long_w",
-    "-kgen:codegen:cuda_tile",
-    "-match_ragged_mha",
-    "-copy_ppg",
-    "-reshape_ppg",
-    "-transpose_ppg",
-    "-slice_fusion",
-    "-cask_fusion:num_tactics",
-    "-peep:max",
-    "-conv_lowering",
-    "-kgen:tiling",
-}
 
 
 @pytest.fixture(scope="module")
