@@ -56,6 +56,33 @@ class Executor(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+class InFlightRun:
+    """``run`` for executors that keep several tasks in flight (``submit``/``wait``): wait for room,
+    submit, and keep the results of other tasks that finish meanwhile for a later ``wait``."""
+
+    _done: dict[int, TaskResult]
+
+    def _take(self) -> tuple[int, TaskResult]:  # pragma: no cover - provided by subclasses
+        raise NotImplementedError
+
+    def _has_room(self, task: Any) -> bool:  # pragma: no cover - provided by subclasses
+        raise NotImplementedError
+
+    def submit(self, task: Any, timeout: float) -> int:  # pragma: no cover - provided by subclasses
+        raise NotImplementedError
+
+    def run(self, task: Any, timeout: float) -> TaskResult:
+        while not self._has_room(task):
+            ticket, result = self._take()
+            self._done[ticket] = result
+        mine = self.submit(task, timeout)
+        while True:
+            ticket, result = self._take()
+            if ticket == mine:
+                return result
+            self._done[ticket] = result
+
+
 class SerialDispatch:
     """``submit``/``wait`` for an executor that runs one task at a time through its ``run``."""
 

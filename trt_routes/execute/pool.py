@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_routes.errors import UsageError
-from trt_routes.execute.base import Target, target_device, task_target
+from trt_routes.execute.base import InFlightRun, Target, target_device, task_target
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.tasks import TaskResult
 from trt_routes.signature import Environment
@@ -107,7 +107,7 @@ class _SlotRunner:
             self._results.put((ticket, self.slot.name, result))
 
 
-class PoolExecutor:
+class PoolExecutor(InFlightRun):
     """Keeps every slot busy; ``free_slots``/``submit``/``wait`` for apply's dispatch loop."""
 
     def __init__(self, slots: list[Slot]) -> None:
@@ -164,18 +164,10 @@ class PoolExecutor:
             raise RuntimeError("wait() with nothing submitted")
         return self._take()
 
-    def run(self, task: Any, timeout: float) -> TaskResult:
-        """Run one task to completion; results of other tasks that finish meanwhile are kept for ``wait``."""
+    def _has_room(self, task: Any) -> bool:
+        """A matching slot is idle, or none serves the task (then ``submit`` says so)."""
         device = target_device(task_target(task))
-        while not self._idle(device) and any(s.serves(device) for s in self.slots):
-            ticket, result = self._take()
-            self._done[ticket] = result
-        mine = self.submit(task, timeout)
-        while True:
-            ticket, result = self._take()
-            if ticket == mine:
-                return result
-            self._done[ticket] = result
+        return bool(self._idle(device)) or not any(s.serves(device) for s in self.slots)
 
     def close(self) -> None:
         for runner in self._runners.values():

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from trt_routes.artifacts import BlobStore
 from trt_routes.errors import BackendUnavailable, UsageError
 from trt_routes.execute import remote
-from trt_routes.execute.base import Target, task_target
+from trt_routes.execute.base import InFlightRun, Target, task_target
 from trt_routes.execute.pool import THREAD_VARS
 from trt_routes.execute.tasks import TaskResult
 from trt_routes.signature import Environment
@@ -79,7 +79,7 @@ class _Flight:
         self.target = ""
 
 
-class RayExecutor:
+class RayExecutor(InFlightRun):
     """Runs trials as Ray tasks; ``free_slots`` is the cluster's capacity for the target minus what runs."""
 
     def __init__(self, config: ExecutionConfig) -> None:
@@ -234,17 +234,8 @@ class RayExecutor:
             return ticket, self._done.pop(ticket)
         return self._take()
 
-    def run(self, task: Any, timeout: float) -> TaskResult:
-        target = task_target(task)
-        while self.free_slots(target) < 1 and self._refs:
-            ticket, result = self._take()
-            self._done[ticket] = result
-        mine = self.submit(task, timeout)
-        while True:
-            ticket, result = self._take()
-            if ticket == mine:
-                return result
-            self._done[ticket] = result
+    def _has_room(self, task: Any) -> bool:
+        return self.free_slots(task_target(task)) >= 1 or not self._refs
 
     def close(self) -> None:
         for ref in list(self._refs):
