@@ -46,3 +46,19 @@ def edit_manifest(path: Path, fn: Any) -> None:
     data = yaml.safe_load(path.read_text())
     fn(data)
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def copy_project(manifest: Path, dest: Path) -> Path:
+    """A copy of the project folder (manifest, models, cache, engines, lock) at ``dest``."""
+    shutil.copytree(manifest.parent, dest)
+    return dest / "tuning.yaml"
+
+
+def cli(*args: str) -> tuple[int, str]:
+    """Run the trt-routes CLI in process; (exit code, output)."""
+    from typer.testing import CliRunner
+
+    from trt_routes.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output

@@ -33,3 +33,17 @@ def sharing_project(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[
     from _sharing import tuned_once
 
     return tuned_once(tmp_path_factory, tiny_models)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
+    """A project (tests/_project.py) applied once per test module; tests copy it before changing it."""
+    from _project import make_project
+
+    from trt_routes.apply import apply
+    from trt_routes.project import open_project
+
+    manifest = make_project(tmp_path_factory.mktemp("tuned"), tiny_models)
+    result = apply(open_project(manifest))
+    assert result.exit_code == 0, [o.error for o in result.outcomes]
+    return manifest

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from _project import edit_manifest, make_project
+from _project import copy_project, edit_manifest, make_project
 
 from trt_routes.apply import ApplyOptions, apply, compute_plan
 from trt_routes.canonical import file_sha256
@@ -27,20 +26,6 @@ def trial_rows(manifest: Path) -> dict[str, tuple[str, list[float]]]:
     project = open_project(manifest)
     with project.open_cache() as cache:
         return {t.id: (t.created_at, t.samples) for t in cache.all_trials()}
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    """A project applied once; tests copy it before changing anything."""
-    manifest = make_project(tmp_path_factory.mktemp("tuned"), tiny_models)
-    result = apply(open_project(manifest))
-    assert result.exit_code == 0, [o.error for o in result.outcomes]
-    return manifest
-
-
-def copy_project(manifest: Path, dest: Path) -> Path:
-    shutil.copytree(manifest.parent, dest)
-    return dest / "tuning.yaml"
 
 
 def test_first_apply_tunes_every_job_and_locks(tuned: Path) -> None:

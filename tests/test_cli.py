@@ -8,17 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _project import edit_manifest, make_project
-from typer.testing import CliRunner
-
-from trt_routes.cli import app
-
-runner = CliRunner()
-
-
-def cli(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
+from _project import cli, edit_manifest, make_project
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -10,33 +10,14 @@ from pathlib import Path
 import onnx
 import pytest
 import yaml
-from _project import edit_manifest, make_project
-from typer.testing import CliRunner
+from _project import cli, edit_manifest
 
-from trt_routes.apply import apply
 from trt_routes.canonical import file_sha256
-from trt_routes.cli import app
 from trt_routes.frozen import FrozenOptions, SignatureDrift, apply_frozen
 from trt_routes.lockcheck import LockMismatch, in_search_space
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.signature import Environment, detect
-
-runner = CliRunner()
-
-
-def cli(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    """A project tuned once on this machine (manifest, models, cache, engines, lock)."""
-    manifest = make_project(tmp_path_factory.mktemp("tuned"), tiny_models)
-    result = apply(open_project(manifest))
-    assert result.exit_code == 0, [o.error for o in result.outcomes]
-    return manifest
 
 
 def fresh_machine(tuned: Path, dest: Path) -> Path:

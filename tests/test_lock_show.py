@@ -13,29 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _project import make_project
+from _project import cli
 from _trt_models import conv_model
-from typer.testing import CliRunner
 
-from trt_routes.apply import apply
-from trt_routes.cli import app
 from trt_routes.lockfile import Lockfile
-from trt_routes.project import open_project
 
-runner = CliRunner()
 STANDIN = Path(__file__).parent / "standin"
-
-
-def cli(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    manifest = make_project(tmp_path_factory.mktemp("tuned"), tiny_models)
-    assert apply(open_project(manifest)).exit_code == 0
-    return manifest
 
 
 def test_lock_show_prints_the_entry_as_locked(tuned: Path) -> None:

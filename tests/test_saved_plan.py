@@ -4,38 +4,16 @@ naming what changed) once the manifest, the lockfile, the trial cache, the jobs 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from _project import edit_manifest, make_project
-from typer.testing import CliRunner
+from _project import cli, copy_project, edit_manifest, make_project
 
 from trt_routes.apply import apply
-from trt_routes.cli import app
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.saved_plan import PlanState, StalePlan, load_plan, plan_verifier
 from trt_routes.signature import Environment, detect
-
-runner = CliRunner()
-
-
-def cli(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    manifest = make_project(tmp_path_factory.mktemp("tuned"), tiny_models)
-    assert apply(open_project(manifest)).exit_code == 0
-    return manifest
-
-
-def copy_project(manifest: Path, dest: Path) -> Path:
-    shutil.copytree(manifest.parent, dest)
-    return dest / "tuning.yaml"
 
 
 def test_apply_executes_exactly_the_saved_plan(tmp_path: Path, tiny_models: dict[str, Path]) -> None:

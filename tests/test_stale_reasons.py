@@ -4,33 +4,20 @@ that changed (old -> new), a new model says "model digest changed", in `plan` an
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import onnx
 import pytest
-from _project import make_project
+from _project import copy_project
 from typer.testing import CliRunner
 
-from trt_routes.apply import apply, compute_plan
+from trt_routes.apply import compute_plan
 from trt_routes.cli import app
 from trt_routes.plan import Plan
 from trt_routes.project import Project, open_project
 from trt_routes.signature import Environment, detect
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:
-    manifest = make_project(tmp_path_factory.mktemp("tuned"), tiny_models)
-    assert apply(open_project(manifest)).exit_code == 0
-    return manifest
-
-
-def copy_project(manifest: Path, dest: Path) -> Path:
-    shutil.copytree(manifest.parent, dest)
-    return dest / "tuning.yaml"
 
 
 def plan_of(project: Project) -> Plan:
