@@ -4,6 +4,8 @@ Everything is imported lazily; a machine without a GPU, driver or either library
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -73,6 +75,25 @@ def _nvml() -> ModuleType | None:
     return pynvml
 
 
+@contextlib.contextmanager
+def nvml_session() -> Iterator[ModuleType | None]:
+    """``pynvml`` initialized for the block (shut down after it), or None without NVML or a driver."""
+    nvml = _nvml()
+    if nvml is None:
+        yield None
+        return
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        yield None
+        return
+    try:
+        yield nvml
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         value = value.split(b"\0", 1)[0].decode("utf-8", errors="replace")
@@ -80,19 +101,13 @@ def _text(value: Any) -> str:
 
 
 def _nvml_driver_version() -> str | None:
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    try:
-        nvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        return _text(nvml.nvmlSystemGetDriverVersion())
-    except Exception:
-        return None
-    finally:
-        nvml.nvmlShutdown()
+    with nvml_session() as nvml:
+        if nvml is None:
+            return None
+        try:
+            return _text(nvml.nvmlSystemGetDriverVersion())
+        except Exception:
+            return None
 
 
 def _from_cudart() -> list[dict[str, str]] | None:
@@ -126,34 +141,28 @@ def _from_cudart() -> list[dict[str, str]] | None:
 
 def _from_nvml() -> list[dict[str, str]] | None:
     """NVML has no SM count: those rows lack ``sm_count`` rather than guess it."""
-    nvml = _nvml()
-    if nvml is None:
-        return None
-    try:
-        nvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
-        cuda_driver = cuda_version_text(int(nvml.nvmlSystemGetCudaDriverVersion()))
-        rows: list[dict[str, str]] = []
-        for index in range(int(nvml.nvmlDeviceGetCount())):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            rows.append(
-                {
-                    "gpu_name": _text(nvml.nvmlDeviceGetName(handle)),
-                    "compute_capability": f"{int(major)}.{int(minor)}",
-                    "gpu_memory_gib": memory_gib(int(nvml.nvmlDeviceGetMemoryInfo(handle).total)),
-                    "driver_version": driver,
-                    "cuda_driver": cuda_driver,
-                }
-            )
-        return rows
-    except Exception:
-        return None
-    finally:
-        nvml.nvmlShutdown()
+    with nvml_session() as nvml:
+        if nvml is None:
+            return None
+        try:
+            driver = _text(nvml.nvmlSystemGetDriverVersion())
+            cuda_driver = cuda_version_text(int(nvml.nvmlSystemGetCudaDriverVersion()))
+            rows: list[dict[str, str]] = []
+            for index in range(int(nvml.nvmlDeviceGetCount())):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+                rows.append(
+                    {
+                        "gpu_name": _text(nvml.nvmlDeviceGetName(handle)),
+                        "compute_capability": f"{int(major)}.{int(minor)}",
+                        "gpu_memory_gib": memory_gib(int(nvml.nvmlDeviceGetMemoryInfo(handle).total)),
+                        "driver_version": driver,
+                        "cuda_driver": cuda_driver,
+                    }
+                )
+            return rows
+        except Exception:
+            return None
 
 
 def gpu_fields() -> list[dict[str, str]]:

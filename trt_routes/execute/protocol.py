@@ -9,7 +9,6 @@ recorded)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 from collections.abc import Callable, Mapping
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.backends.base import Feeds, Runner
+from trt_routes.backends.cuda_device import nvml_session
 from trt_routes.manifest.schema import Settle
 
 
@@ -93,14 +93,11 @@ def _nvml_handle(nvml: Any, device: Mapping[str, Any]) -> Any:
 
 
 def _gpu_reading(device: Mapping[str, Any]) -> dict[str, Any] | None:
-    try:
-        import pynvml as nvml
-    except ImportError:
-        return None
-    try:
-        nvml.nvmlInit()
-    except Exception:
-        return None
+    with nvml_session() as nvml:
+        return None if nvml is None else _read_gpu(nvml, device)
+
+
+def _read_gpu(nvml: Any, device: Mapping[str, Any]) -> dict[str, Any] | None:
     try:
         handle = _nvml_handle(nvml, device)
         reading: dict[str, Any] = {
@@ -116,9 +113,6 @@ def _gpu_reading(device: Mapping[str, Any]) -> dict[str, Any] | None:
         return reading
     except Exception:  # noise context is best effort: a driver hiccup must not fail a trial
         return None
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
 
 
 class NoiseContext:
