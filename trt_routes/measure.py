@@ -162,21 +162,47 @@ def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resample
 
 
 def _block_bootstrap_medians(blocks: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """Medians of ``resamples`` seeded resamples of whole rows of ``blocks``."""
+    """Medians of ``resamples`` seeded resamples of whole rows of ``blocks``.
+
+    A resample's median depends only on how often it holds each block, not on their order: with few
+    blocks (the protocol's repeats) most resamples repeat one of a handful of multisets, so each
+    distinct multiset's median is taken once, by rank over the samples sorted once."""
     rng = np.random.default_rng(seed)
     nb, size = blocks.shape
     rows = max(1, _BOOTSTRAP_CHUNK // (nb * size))
     parts = []
     for start in range(0, resamples, rows):
-        count = min(rows, resamples - start)
-        pick = rng.integers(0, nb, size=(count, nb))
-        # a resample's median depends only on which blocks it holds, not their order: with few blocks (the
-        # protocol's repeats) most resamples repeat one of a handful of multisets, so take each median once
+        pick = rng.integers(0, nb, size=(min(rows, resamples - start), nb))
         pick.sort(axis=1)
-        uniq, inverse = np.unique(pick, axis=0, return_inverse=True)
-        medians = np.median(blocks[uniq].reshape(len(uniq), nb * size), axis=1)
-        parts.append(medians[inverse.ravel()])
+        if nb < 16:  # each sorted row as one integer (base nb), so finding the distinct ones is 1-D
+            _, first, inverse = np.unique(pick @ (nb ** np.arange(nb, dtype=np.int64)), return_index=True,
+                                          return_inverse=True)
+            uniq = pick[first]
+        else:
+            uniq, inverse = np.unique(pick, axis=0, return_inverse=True)
+        parts.append(_multiset_medians(blocks, uniq)[inverse.ravel()])
     return np.concatenate(parts)
+
+
+def _multiset_medians(blocks: np.ndarray, multisets: np.ndarray) -> np.ndarray:
+    """The median of each multiset of blocks (rows of block indices): the samples sorted once, each
+    weighted by how often its block appears; the middle ranks are where the running weight reaches
+    them. Equal to ``np.median`` over the concatenated blocks."""
+    nb, size = blocks.shape
+    flat = blocks.ravel()
+    order = np.argsort(flat, kind="stable")
+    xs, owner = flat[order], order // size
+    n = nb * size
+    low_rank, high_rank = (n + 1) // 2, n // 2 + 1  # 1-based ranks of the middle element(s)
+    counts = (multisets[:, :, None] == np.arange(nb)).sum(axis=1)  # (multisets, blocks)
+    out = np.empty(len(multisets))
+    step = max(1, _BOOTSTRAP_CHUNK // n)
+    for i in range(0, len(multisets), step):
+        running = np.cumsum(counts[i:i + step][:, owner], axis=1)
+        low = xs[(running >= low_rank).argmax(axis=1)]
+        high = xs[(running >= high_rank).argmax(axis=1)]
+        out[i:i + step] = (low + high) / 2.0
+    return out
 
 
 def _bootstrap_medians(x: np.ndarray, resamples: int, seed: int) -> np.ndarray:
