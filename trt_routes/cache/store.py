@@ -9,7 +9,7 @@ import json
 import socket
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ class TrialRecord:
     tool_version: str = __version__
 
     def to_row(self) -> dict[str, Any]:
-        row = asdict(self)
+        row = {f.name: getattr(self, f.name) for f in fields(self)}  # shallow: the JSON columns copy
         for key in ("samples", "losses", "meta"):
             row[key] = json.dumps(row[key], allow_nan=True, separators=(",", ":"))
         return row
@@ -103,6 +103,7 @@ class CacheStore:
                 "move the file away (trt-routes re-measures what it needs) or restore it from a backup",
             ) from exc
         self.warnings: list[str] = []
+        self._signatures_written: set[str] = set()  # by add_trial, in this process
 
     def close(self) -> None:
         self.db.close()
@@ -116,18 +117,17 @@ class CacheStore:
     # -- writes (coordinator only) -------------------------------------------------------------
     def add_trial(self, trial: TrialRecord, signature_fields: dict[str, str] | None = None) -> None:
         """Insert one trial in its own transaction (an existing id is replaced)."""
+        row = trial.to_row()
         with self.db.conn:
-            if signature_fields is not None:
-                self.db["signatures"].insert(
-                    {"hash": trial.signature, "fields": json.dumps(signature_fields, sort_keys=True),
-                     "first_seen": trial.created_at},
-                    pk="hash", ignore=True,
-                )
-            row = trial.to_row()
+            if signature_fields is not None and trial.signature not in self._signatures_written:
+                self.db.execute("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
+                                [trial.signature, json.dumps(signature_fields, sort_keys=True), trial.created_at])
             self.db.execute(  # one prepared statement: the hot path of every trial
                 f"INSERT OR REPLACE INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                 list(row.values()),
             )
+        if signature_fields is not None:
+            self._signatures_written.add(trial.signature)
 
     def add_trials(self, trials: Iterable[TrialRecord], signatures: dict[str, dict[str, str]]) -> int:
         """Insert many trials in one transaction; existing ids are kept (trials are immutable)."""
