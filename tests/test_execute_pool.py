@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from trt_routes.apply import ApplyOptions, apply, compute_plan
 from trt_routes.cli import app
 from trt_routes.errors import UsageError
+from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.pool import PoolExecutor, local_slots
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
@@ -102,6 +103,16 @@ def test_cpu_workers_get_disjoint_cores_and_bounded_threads() -> None:
     for m in metas:
         assert m["env"]["OMP_NUM_THREADS"] == m["env"]["TRT_ROUTES_CPU_THREADS"] == env.cpu["cpu_count"]
     assert len(os.sched_getaffinity(0)) >= 2  # the coordinator's own affinity is restored after spawning
+
+
+def test_workers_bound_numpys_blas_pool_unless_the_user_sets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's idle OpenBLAS threads spin after each call and would compete with the timed runs."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with LocalExecutor() as executor:
+        assert executor.run(EnvProbe(), 60).meta["env"]["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    with LocalExecutor() as executor:
+        assert executor.run(EnvProbe(), 60).meta["env"]["OPENBLAS_NUM_THREADS"] == "3"
 
 
 def test_run_keeps_results_that_finish_meanwhile_for_wait() -> None:

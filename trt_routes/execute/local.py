@@ -17,6 +17,11 @@ from trt_routes.execute.base import SerialDispatch
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
 from trt_routes.execute.worker import serve
 
+#: Set in every worker unless the user's environment sets it. A worker's own numpy work (inputs, losses)
+#: is small, and OpenBLAS's idle pool threads spin for a while after each call: without this, the loss
+#: computation on a large output left a thread burning a core through the timed runs that follow.
+WORKER_ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
+
 #: Spawning takes the environment and CPU affinity from the spawning thread: one spawn at a time.
 _SPAWN_LOCK = threading.Lock()
 
@@ -62,9 +67,10 @@ class Worker:
 
     def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
         ctx = mp.get_context("spawn")
+        env = {**{k: v for k, v in WORKER_ENV_DEFAULTS.items() if k not in os.environ}, **(env or {})}
         self.conn, child = ctx.Pipe()
         self.proc: BaseProcess = ctx.Process(target=serve, args=(child,), daemon=True)
-        with _spawn_context(env or {}, cpus):
+        with _spawn_context(env, cpus):
             self.proc.start()
         child.close()
 

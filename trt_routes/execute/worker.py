@@ -18,6 +18,7 @@ import numpy as np
 from trt_routes import measure
 from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
+from trt_routes.backends.base import Backend
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
@@ -58,40 +59,50 @@ def run_reference(task: ReferenceTask) -> TaskResult:
 
 
 def run_trial(task: TrialTask) -> TaskResult:
+    """Build, check and time one route. The worker's scratch folder is emptied by ``serve`` after the
+    result has been sent, so the coordinator's bookkeeping overlaps that cleanup."""
     store = BlobStore(Path(task.store_root))
     backend = registry.get(task.backend)
-    work = _scratch(task.spec.work_dir)
+    engine_tmp = _scratch(task.spec.work_dir) / f"engine{backend.engine_suffix_for(task.spec.settings)}"
+    t0 = time.perf_counter()
     try:
-        engine_tmp = work / f"engine{backend.engine_suffix_for(task.spec.settings)}"
-        t0 = time.perf_counter()
-        try:
-            log = backend.build(task.spec, engine_tmp)
-        except Exception as exc:  # a build error is a fact about the route, not a crash
-            return TaskResult(status="build-error", error=_one_line(exc), log=traceback.format_exc(limit=3),
-                              build_s=time.perf_counter() - t0)
-        build_s = time.perf_counter() - t0
-        engine_sha = store.put_file(engine_tmp, move=True)
-        t1 = time.perf_counter()
-        noise = NoiseContext(task.spec.target)
-        feeds = store.get_arrays(task.inputs_sha)
-        reference = store.get_arrays(task.reference_sha)
-        runner = backend.load(store.path(engine_sha), task.spec)
-        outputs = runner.run(feeds)
-        result = TaskResult(status="ok", log=log, build_s=build_s, engine_sha256=engine_sha,
-                            outputs_sha256=store.put_arrays(outputs))
-        bad = measure.all_finite(outputs)
-        result.losses = measure.losses(outputs, reference, task.l0_params)
-        if bad:
-            result.status = "accuracy-failed"
-            result.error = f"non-finite values in output(s) {', '.join(bad)}"
-        else:
-            result.samples, result.meta = timed_samples(runner, feeds, task.warmup, task.iterations,
-                                                        task.repeats, task.settle)
-        result.measure_s = time.perf_counter() - t1
-        result.meta.update(noise.finish())
-        return result
-    finally:
-        for leftover in work.iterdir():  # one scratch folder per worker, emptied after each trial
+        log = backend.build(task.spec, engine_tmp)
+    except Exception as exc:  # a build error is a fact about the route, not a crash
+        return TaskResult(status="build-error", error=_one_line(exc), log=traceback.format_exc(limit=3),
+                          build_s=time.perf_counter() - t0)
+    build_s = time.perf_counter() - t0
+    engine_sha = store.put_file(engine_tmp, move=True)
+    t1 = time.perf_counter()
+    noise = NoiseContext(task.spec.target)
+    result = _check_and_time(task, backend, store, store.path(engine_sha))
+    result.log, result.build_s, result.engine_sha256 = log, build_s, engine_sha
+    result.measure_s = time.perf_counter() - t1  # load, check, time and release the engine
+    result.meta.update(noise.finish())
+    return result
+
+
+def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine: Path) -> TaskResult:
+    """Load the engine, compare its outputs with the reference, time it. The runner is released on
+    return, so its teardown (a session's thread pool) is over before the worker takes its readings."""
+    feeds = store.get_arrays(task.inputs_sha)
+    runner = backend.load(engine, task.spec)
+    outputs = runner.run(feeds)
+    result = TaskResult(status="ok", outputs_sha256=store.put_arrays(outputs))
+    result.losses = measure.losses(outputs, store.get_arrays(task.reference_sha), task.l0_params)
+    bad = measure.all_finite(outputs)
+    if bad:
+        result.status = "accuracy-failed"
+        result.error = f"non-finite values in output(s) {', '.join(bad)}"
+    else:
+        result.samples, result.meta = timed_samples(runner, feeds, task.warmup, task.iterations,
+                                                    task.repeats, task.settle)
+    return result
+
+
+def _empty_scratch() -> None:
+    """One scratch folder per worker, emptied after each task."""
+    for folder in _SCRATCH.values():
+        for leftover in folder.iterdir():
             shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
 
 
@@ -139,3 +150,4 @@ def serve(conn: Connection) -> None:
             conn.send(result)
         except (BrokenPipeError, OSError):
             return
+        _empty_scratch()
