@@ -1,5 +1,6 @@
 """A fault-injecting backend for isolation tests: the real ONNX Runtime backend plus one knob,
-``-fault``, whose values make the worker segfault, hang, raise or emit NaN/Inf at build or run time,
+``-fault``, whose values make the worker segfault, hang, raise or emit NaN/Inf at build or run time
+(or NaN timings),
 and one, ``-sleep_ms``, that adds a fixed delay to every timed run (a landscape with a clear winner).
 
 ``-fault=kill-host-once`` kills the process hosting the worker (the Ray worker, under the Ray
@@ -25,7 +26,7 @@ from trt_routes.backends.base import BuildSpec, Feeds, time_on_host
 from trt_routes.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeRunner
 from trt_routes.catalog import Catalog, Knob
 
-FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "slow", "kill-host-once")
+FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "nan-timing", "slow", "kill-host-once")
 
 
 def kill_host_once() -> None:
@@ -60,6 +61,8 @@ class FaultyRunner:
     def time(self, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
         if self.fault == "slow":
             time.sleep(0.5)
+        if self.fault == "nan-timing":  # a broken timer: the outputs are fine, the timings are not
+            return [float("nan")] * (iterations * repeats)
         if self.sleep_ms:
             delay = self.sleep_ms / 1e3
             return time_on_host(lambda f: (time.sleep(delay), self.inner.run(f)), feeds, warmup, iterations,

@@ -28,7 +28,7 @@ def test_every_fault_becomes_a_trial_and_the_run_goes_on(
         faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     manifest = make_project(
         tmp_path / "p", tiny_models, backend="faulty",
-        group="-fault=[segv|abort|hang|raise|nan|inf] -intra_op_num_threads=[1]",
+        group="-fault=[segv|abort|hang|raise|nan|inf|nan-timing] -intra_op_num_threads=[1]",
         measurement={"warmup": 1, "iterations": 2, "repeats": 1, "timeout_s": 8},
     )
     starts: list[LocalExecutor] = []
@@ -50,11 +50,13 @@ def test_every_fault_becomes_a_trial_and_the_run_goes_on(
     assert reasons["-fault=raise"][0] == "build-error" and "injected build failure" in reasons["-fault=raise"][1]
     assert reasons["-fault=nan"][0] == "accuracy-failed" and "non-finite" in reasons["-fault=nan"][1]
     assert reasons["-fault=inf"][0] == "accuracy-failed"
-    assert outcome.failed == 6
-    # the first worker served the reference and the default route; each of the 6 failures replaced
+    assert reasons["-fault=nan-timing"] == ("crashed", "crashed: the backend returned unusable timings: timing samples "
+                                                       "hold NaN or Inf values")
+    assert outcome.failed == 7
+    # the first worker served the reference and the default route; each of the 7 failures replaced
     # its worker, and the last replacement served the healthy route after them
-    assert starts[0].workers_started == 1 + 6
-    assert outcome.built == 8
+    assert starts[0].workers_started == 1 + 7
+    assert outcome.built == 9
 
 
 def test_a_failing_default_route_still_selects_an_eligible_route(

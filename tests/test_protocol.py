@@ -13,7 +13,7 @@ from trt_routes.apply import apply
 from trt_routes.execute import protocol
 from trt_routes.execute.protocol import NoiseContext, SettleSpec, settle, timed_samples
 from trt_routes.manifest.schema import Measurement, Settle
-from trt_routes.measure import timing_stats
+from trt_routes.measure import _block_bootstrap_medians, timing_stats
 from trt_routes.project import open_project
 
 
@@ -72,6 +72,21 @@ def test_block_bootstrap_covers_differences_between_repeats() -> None:
     assert blocks.median == iid.median
     assert blocks.ci_high - blocks.ci_low > 3 * (iid.ci_high - iid.ci_low)
     assert timing_stats(samples[:20], block=20) == timing_stats(samples[:20])  # one block: plain bootstrap
+
+
+def test_few_blocks_give_the_exact_bootstrap_interval() -> None:
+    """Five repeats have only 126 distinct resamples: the interval is read off their exact distribution
+    (no draws, so no seed), and matches what very many seeded draws converge to."""
+    rng = np.random.default_rng(1)
+    samples = [level * float(np.exp(rng.normal(0, 0.02))) for level in (1.0, 1.3, 1.1, 1.2, 1.05) for _ in range(20)]
+    exact = timing_stats(samples, block=20, seed=0)
+    assert timing_stats(samples, block=20, seed=7) == exact
+    draws = _block_bootstrap_medians(np.asarray(samples).reshape(5, 20), 200_000, 0)
+    low, high = np.quantile(draws, [0.025, 0.975])
+    assert exact.ci_low == pytest.approx(low, rel=2e-3) and exact.ci_high == pytest.approx(high, rel=2e-3)
+    # seven repeats have 1716 distinct resamples, more than the 500 draws: seeded draws again
+    seven = samples + samples[:40]
+    assert timing_stats(seven, block=20, seed=0) != timing_stats(seven, block=20, seed=7)
 
 
 def test_noise_context_without_a_gpu_library(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,6 @@ from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, T
 from trt_routes.jobs import Job
 from trt_routes.jobsearch import JobSearch, finish_search, job_search, selection_key
 from trt_routes.lockfile import Lockfile
-from trt_routes.measure import timing_stats
 from trt_routes.plan import JobPlan, Plan, candidates_key, make_plan, outcomes
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
@@ -115,8 +114,7 @@ def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list
 
 
 def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
-    stats = timing_stats(result.samples, seed=job.measurement.seed,
-                         block=job.measurement.iterations) if result.samples else None
+    stats = result.stats  # the worker summarized its samples (trt_routes.execute.worker.run_trial)
     return TrialRecord(
         id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
         signature=job.signature.hash if job.signature else "", backend=job.backend,
@@ -192,13 +190,16 @@ class Applier:
         any order; returns the number of trials built. After each result the search is asked again,
         so an adaptive search sees every finished trial before proposing more; whatever it proposes
         is dispatched as far as free workers allow (one worker: one at a time, in the search's order).
+        Routes the search wants whatever comes back (``Search.committed``) may also wait in a busy
+        worker's queue (``Executor.queue_room``), so it starts the next as soon as it is done.
         The default route always runs; ``budget`` caps the others (trials in flight count)."""
         in_flight: dict[int, str] = {}
         built = 0
         stopped = False
         while True:
             if not stopped:
-                batch = search.next_batch(outcomes(trials, job.tolerance, self.lookup))
+                known = outcomes(trials, job.tolerance, self.lookup)
+                batch = search.next_batch(known)
                 if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
                     batch = [DEFAULT_ROUTE, *batch]
                 running = set(in_flight.values())
@@ -206,18 +207,29 @@ class Applier:
                 # one slot is always tried when nothing runs, so an executor without a matching
                 # worker says so instead of the search ending silently
                 room = max(self.executor.free_slots(job.target_data), 0 if in_flight else 1)
-                for route in batch[:room]:
-                    if budget is not None and built + len(in_flight) >= budget and route != DEFAULT_ROUTE:
-                        stopped = True  # budget spent: let what runs finish, propose nothing more
-                        break
-                    task = self.trial_task(job, route, ref)
-                    in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route
+                stopped = not self.dispatch(job, batch[:room], ref, in_flight, budget, built)
+                queue = 0 if stopped else self.executor.queue_room(job.target_data)
+                if queue:
+                    committed = set(search.committed(known))
+                    ahead = [r for r in batch[room:] if r in committed][:queue]
+                    stopped = not self.dispatch(job, ahead, ref, in_flight, budget, built)
             if not in_flight:
                 return built
             ticket, result = self.executor.wait()
             route = in_flight.pop(ticket)
             trials[route] = self.record(job, route, result)
             built += 1
+
+    def dispatch(self, job: Job, routes: list[str], ref: tuple[str, str], in_flight: dict[int, str],
+                 budget: int | None, built: int) -> bool:
+        """Submit ``routes`` in order; False when the budget stopped it (what runs may finish, nothing
+        more is proposed). Trials in flight count against the budget; the default route always runs."""
+        for route in routes:
+            if budget is not None and built + len(in_flight) >= budget and route != DEFAULT_ROUTE:
+                return False
+            task = self.trial_task(job, route, ref)
+            in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route
+        return True
 
     def run_job(self, jp: JobPlan) -> JobOutcome:
         job = jp.job

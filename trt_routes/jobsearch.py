@@ -96,7 +96,12 @@ class JobSearch(Search):
         return self.inner.candidates(known)
 
     def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
-        batch = self.inner.next_batch(known)
+        return self._within_budget(self.inner.next_batch(known), known)
+
+    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
+        return self._within_budget(self.inner.committed(known), known)
+
+    def _within_budget(self, batch: list[str], known: Mapping[str, Outcome]) -> list[str]:
         if not batch or self.exhausted(known):
             return []
         if self.max_builds is not None:

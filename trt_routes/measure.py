@@ -4,6 +4,8 @@ Pure numpy: no backend is imported here."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,33 +125,39 @@ class TimingStats:
 
 def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resamples: int = 500,
                  seed: int = 0, block: int = 0) -> TimingStats:
-    """Median, mean, sample standard deviation and a seeded bootstrap percentile interval of the
-    median. The interval is widened, if need be, to contain the sample median itself (resampling
-    noise can leave it a hair outside). Raises ValueError on empty or non-finite samples.
+    """Median, mean, sample standard deviation and a bootstrap percentile interval of the median. The
+    interval is widened, if need be, to contain the sample median itself (resampling noise can leave
+    it a hair outside). Raises ValueError on empty or non-finite samples.
 
     ``block``: the samples come in consecutive runs of that many (the protocol's repeats of
     ``iterations`` timed runs); whole runs are resampled (a block bootstrap), so the interval also
     covers how much repeats differ from each other (drift, sessions of a launch-bound route), which
-    resampling single samples as if independent would hide. Needs at least two whole blocks."""
+    resampling single samples as if independent would hide. Needs at least two whole blocks. With
+    few blocks (no more distinct resamples than ``resamples``, i.e. up to 6) the interval comes from
+    the exact bootstrap distribution; otherwise from ``resamples`` draws seeded by ``seed``."""
     x = np.asarray(samples, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("no timing samples")
-    if not np.isfinite(x).all():
+    xs = np.sort(x)  # -Inf sorts first, +Inf and NaN last: the ends tell whether all are finite
+    if not (math.isfinite(xs[0]) and math.isfinite(xs[-1])):
         raise ValueError("timing samples hold NaN or Inf values")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     if resamples < 1:
         raise ValueError(f"resamples must be at least 1, got {resamples}")
     n = int(x.size)
-    median = float(np.median(x))
+    median = float((xs[(n - 1) // 2] + xs[n // 2]) / 2.0)  # numpy's median, from the sorted samples
     if n == 1:
         low = high = median
     else:
         blocks = n // block if block > 0 else 0
-        medians = (_block_bootstrap_medians(x[: blocks * block].reshape(blocks, block), resamples, seed)
-                   if blocks >= 2 else _bootstrap_medians(x, resamples, seed))
         tail = (1.0 - confidence) / 2.0
-        low, high = (float(v) for v in np.quantile(medians, [tail, 1.0 - tail]))
+        if blocks >= 2 and math.comb(2 * blocks - 1, blocks) <= resamples:
+            low, high = _exact_block_interval(x[: blocks * block].reshape(blocks, block), tail)
+        else:
+            medians = (_block_bootstrap_medians(x[: blocks * block].reshape(blocks, block), resamples, seed)
+                       if blocks >= 2 else _bootstrap_medians(x, resamples, seed))
+            low, high = (float(v) for v in np.quantile(medians, [tail, 1.0 - tail]))
     return TimingStats(
         n=n,
         median=median,
@@ -157,8 +165,29 @@ def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resample
         stdev=float(x.std(ddof=1)) if n > 1 else 0.0,
         ci_low=min(low, median),
         ci_high=max(high, median),
-        min=float(x.min()),
+        min=float(xs[0]),
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _all_multisets(nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every multiset of ``nb`` blocks drawn from ``nb`` (rows of sorted block indices) and its
+    probability under resampling with replacement: nb! / (prod count! * nb**nb)."""
+    rows = np.array(list(itertools.combinations_with_replacement(range(nb), nb)), dtype=np.int64)
+    counts = (rows[:, :, None] == np.arange(nb)).sum(axis=1)
+    log_p = math.lgamma(nb + 1) - np.vectorize(math.lgamma)(counts + 1.0).sum(axis=1) - nb * math.log(nb)
+    return rows, np.exp(log_p)
+
+
+def _exact_block_interval(blocks: np.ndarray, tail: float) -> tuple[float, float]:
+    """The block bootstrap's percentile interval from its exact distribution: every distinct resample
+    weighted by its probability (no resampling noise), used when there are no more of them than draws."""
+    rows, p = _all_multisets(len(blocks))
+    medians = _multiset_medians(blocks, rows)
+    order = np.argsort(medians, kind="stable")
+    cdf = np.cumsum(p[order])
+    low, high = np.searchsorted(cdf, [tail - 1e-12, 1.0 - tail - 1e-12]).clip(0, len(cdf) - 1)  # F >= q
+    return float(medians[order[low]]), float(medians[order[high]])
 
 
 def _block_bootstrap_medians(blocks: np.ndarray, resamples: int, seed: int) -> np.ndarray:

@@ -7,7 +7,6 @@ whose device has exactly those fields (local slots) or that offers the target's 
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,8 +40,13 @@ class Executor(Protocol):
         """How many more tasks for ``target`` can start right now (0 when every matching slot is busy)."""
         ...
 
+    def queue_room(self, target: Target | None) -> int:
+        """How many more tasks for ``target`` may wait behind running ones, started by their worker the
+        moment it is free (apply queues there only routes its search will want whatever comes back)."""
+        ...
+
     def submit(self, task: Any, timeout: float) -> int:
-        """Start ``task`` on a free slot; returns a ticket."""
+        """Start ``task`` on a free slot (or queue it where ``queue_room`` allows); returns a ticket."""
         ...
 
     def wait(self) -> tuple[int, TaskResult]:
@@ -71,6 +75,9 @@ class InFlightRun:
     def submit(self, task: Any, timeout: float) -> int:  # pragma: no cover - provided by subclasses
         raise NotImplementedError
 
+    def queue_room(self, target: Target | None) -> int:
+        return 0  # tasks start on free slots only, unless an executor says otherwise
+
     def run(self, task: Any, timeout: float) -> TaskResult:
         while not self._has_room(task):
             ticket, result = self._take()
@@ -81,28 +88,3 @@ class InFlightRun:
             if ticket == mine:
                 return result
             self._done[ticket] = result
-
-
-class SerialDispatch:
-    """``submit``/``wait`` for an executor that runs one task at a time through its ``run``."""
-
-    def __init__(self) -> None:
-        self._queue: deque[tuple[int, Any, float]] = deque()
-        self._tickets = 0
-
-    def run(self, task: Any, timeout: float) -> TaskResult:  # pragma: no cover - provided by subclasses
-        raise NotImplementedError
-
-    def free_slots(self, target: Target | None) -> int:
-        return 0 if self._queue else 1
-
-    def submit(self, task: Any, timeout: float) -> int:
-        self._tickets += 1
-        self._queue.append((self._tickets, task, timeout))
-        return self._tickets
-
-    def wait(self) -> tuple[int, TaskResult]:
-        if not self._queue:
-            raise RuntimeError("wait() with nothing submitted")
-        ticket, task, timeout = self._queue.popleft()
-        return ticket, self.run(task, timeout)

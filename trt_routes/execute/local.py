@@ -10,17 +10,23 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+from collections import deque
 from collections.abc import Iterator, Mapping
 from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
 
-from trt_routes.execute.base import SerialDispatch
-from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.execute.base import InFlightRun, Target
+from trt_routes.execute.tasks import TaskResult, healthy
 from trt_routes.execute.worker import serve
 
 #: Set in every worker unless the user's environment sets it. A worker's own numpy work (inputs, losses)
 #: is small, and OpenBLAS's idle pool threads spin for a while after each call: without this, the loss
 #: computation on a large output left a thread burning a core through the timed runs that follow.
 WORKER_ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
+
+#: The largest task queued in a worker's pipe behind a running one.
+_QUEUED_TASK_MAX_BYTES = 16 * 1024
 
 #: Spawning takes the environment and CPU affinity from the spawning thread: one spawn at a time.
 _SPAWN_LOCK = threading.Lock()
@@ -74,13 +80,20 @@ class Worker:
             self.proc.start()
         child.close()
 
-    def run(self, task: TrialTask | ReferenceTask, timeout: float) -> tuple[TaskResult, bool]:
-        """Run ``task``; returns (result, worker_still_healthy)."""
+    def send(self, task: Any) -> bool:
+        """Put ``task`` in the worker's pipe (it runs after those already there); False if the worker is
+        gone (``receive`` then says how it died)."""
+        return self.send_bytes(ForkingPickler.dumps(task))
+
+    def send_bytes(self, data: bytes | memoryview) -> bool:
         try:
-            self.conn.send(task)
+            self.conn.send_bytes(data)
         except (BrokenPipeError, OSError):
-            self.proc.join(1)
-            return TaskResult(status="crashed", error=f"worker died ({_signal_name(self.proc.exitcode)})"), False
+            return False
+        return True
+
+    def receive(self, timeout: float) -> tuple[TaskResult, bool]:
+        """The result of the oldest task in the pipe, within ``timeout``; (result, worker_still_healthy)."""
         if not self.conn.poll(timeout):
             self.kill()
             return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
@@ -90,7 +103,7 @@ class Worker:
             self.proc.join(5)
             return TaskResult(status="crashed",
                               error=f"worker died with {_signal_name(self.proc.exitcode)}"), False
-        return result, result.status in ("ok",)
+        return result, healthy(result)
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -108,33 +121,85 @@ class Worker:
         self.conn.close()
 
 
-class LocalExecutor(SerialDispatch):
+class LocalExecutor(InFlightRun):
     """Runs tasks one at a time in a reused worker; replaces the worker after any failure.
 
     ``env`` and ``cpus`` shape every worker it starts (a GPU pinned with CUDA_VISIBLE_DEVICES, a
-    bounded thread count, a set of cores)."""
+    bounded thread count, a set of cores).
+
+    Besides the running task, one more may wait in the worker's pipe (``queue_room``): the worker
+    starts it the moment it has sent the previous result, instead of idling while the coordinator
+    records that result and picks what comes next. A worker that reports a failure exits before
+    reading on (``serve``), and the task queued behind it goes to its replacement."""
 
     def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
-        super().__init__()
         self._worker: Worker | None = None
         self.workers_started = 0
         self.env = dict(env or {})
         self.cpus = cpus
+        self._waiting: deque[tuple[int, Any, float]] = deque()  # submitted, not in the pipe yet
+        self._piped: deque[tuple[int, Any, float]] = deque()  # in the worker's pipe, in order: the first runs
+        self._done: dict[int, TaskResult] = {}
+        self._tickets = 0
 
-    def run(self, task: TrialTask | ReferenceTask, timeout: float) -> TaskResult:
-        if self._worker is None:
-            self._worker = Worker(self.env, self.cpus)
-            self.workers_started += 1
-        result, healthy = self._worker.run(task, timeout)
-        if not healthy:
+    def free_slots(self, target: Target | None) -> int:
+        return 0 if self._waiting or self._piped else 1
+
+    def queue_room(self, target: Target | None) -> int:
+        return 1 if len(self._waiting) + len(self._piped) == 1 else 0
+
+    def submit(self, task: Any, timeout: float) -> int:
+        self._tickets += 1
+        self._waiting.append((self._tickets, task, timeout))
+        self._feed()
+        return self._tickets
+
+    def _feed(self) -> None:
+        """Move waiting tasks into the pipe: the first always, one more behind it when it is small (a
+        pipe holds 64 KiB: a larger task queued behind a large result could block both ends)."""
+        while self._waiting and len(self._piped) < 2:
+            data = ForkingPickler.dumps(self._waiting[0][1])
+            if self._piped and len(data) > _QUEUED_TASK_MAX_BYTES:
+                return
+            if self._worker is None:
+                self._worker = Worker(self.env, self.cpus)
+                self.workers_started += 1
+            self._piped.append(self._waiting.popleft())
+            if not self._worker.send_bytes(data):
+                return  # the worker is gone: receiving the first task's result says how
+
+    def _take(self) -> tuple[int, TaskResult]:
+        if not self._piped:
+            if not self._waiting:
+                raise RuntimeError("wait() with nothing submitted")
+            self._feed()
+        assert self._worker is not None
+        ticket, _task, timeout = self._piped[0]
+        result, ok = self._worker.receive(timeout)
+        self._piped.popleft()
+        if not ok:
             self._worker.kill() if result.status in ("timeout", "crashed") else self._worker.close()
             self._worker = None
-        return result
+            self._waiting.extendleft(reversed(self._piped))  # never started: the next worker runs them
+            self._piped.clear()
+        self._feed()
+        return ticket, result
+
+    def _has_room(self, task: Any) -> bool:
+        return True  # submit always queues
+
+    def wait(self) -> tuple[int, TaskResult]:
+        if self._done:
+            ticket = next(iter(self._done))
+            return ticket, self._done.pop(ticket)
+        return self._take()
 
     def close(self) -> None:
         if self._worker is not None:
-            self._worker.close()
+            self._worker.kill() if self._piped else self._worker.close()  # interrupted mid-task: do not wait
             self._worker = None
+        self._waiting.clear()
+        self._piped.clear()
 
     def __enter__(self) -> LocalExecutor:
         return self

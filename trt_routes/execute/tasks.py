@@ -7,6 +7,7 @@ from typing import Any
 
 from trt_routes.backends.base import BuildSpec
 from trt_routes.execute.protocol import SettleSpec
+from trt_routes.measure import TimingStats
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,13 @@ class TaskResult:
     outputs_sha256: str = ""
     inputs_sha256: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    stats: TimingStats | None = None  # the samples' summary, computed where they were taken
+
+
+def healthy(result: TaskResult) -> bool:
+    """Whether the worker that produced ``result`` may serve another task (after any failure it is
+    replaced: a backend that raised may have left its library in a bad state)."""
+    return result.status == "ok"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
-from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
+from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask, healthy
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
            "bool": np.bool_}
@@ -78,6 +78,11 @@ def run_trial(task: TrialTask) -> TaskResult:
     result.log, result.build_s, result.engine_sha256 = log, build_s, engine_sha
     result.measure_s = time.perf_counter() - t1  # load, check, time and release the engine
     result.meta.update(noise.finish())
+    if result.samples:  # summarized here, while the worker's caches are warm, not in the coordinator
+        try:
+            result.stats = measure.timing_stats(result.samples, seed=task.seed, block=task.iterations)
+        except ValueError as exc:
+            result.status, result.error = "crashed", f"the backend returned unusable timings: {exc}"
     return result
 
 
@@ -121,33 +126,44 @@ def _one_line(exc: BaseException) -> str:
 
 
 def serve(conn: Connection) -> None:
-    """Worker main loop."""
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):
-            return  # the coordinator is gone: exit quietly
-        if task is None:
-            for folder in _SCRATCH.values():
-                shutil.rmtree(folder, ignore_errors=True)
-            return
-        started = time.perf_counter()
-        try:
-            if isinstance(task, TrialTask):
-                result = run_trial(task)
-            elif isinstance(task, ReferenceTask):
-                result = run_reference(task)
-            elif isinstance(task, RemeasureTask):
-                result = run_remeasure(task)
-            elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
-                result = task.execute()
-            else:
-                result = TaskResult(status="crashed", error=f"unknown task {type(task).__name__}")
-        except Exception as exc:
-            result = TaskResult(status="crashed", error=_one_line(exc), log=traceback.format_exc())
-        result.meta["worker_s"] = time.perf_counter() - started  # task wall time inside the worker
-        try:
-            conn.send(result)
-        except (BrokenPipeError, OSError):
-            return
-        _empty_scratch()
+    """Worker main loop: runs the tasks that arrive on ``conn`` until it closes, ``None`` arrives, or a
+    task fails (the coordinator replaces a worker after any failure, and a task queued behind the
+    failure goes to the replacement)."""
+    try:
+        while True:
+            try:
+                task = conn.recv()
+            except (EOFError, OSError):
+                return  # the coordinator is gone: exit quietly
+            if task is None:
+                return
+            result = _run(task)
+            try:
+                conn.send(result)
+            except (BrokenPipeError, OSError):
+                return
+            if not healthy(result):
+                return
+            _empty_scratch()  # after sending: the coordinator's bookkeeping overlaps it
+    finally:
+        for folder in _SCRATCH.values():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(task: object) -> TaskResult:
+    started = time.perf_counter()
+    try:
+        if isinstance(task, TrialTask):
+            result = run_trial(task)
+        elif isinstance(task, ReferenceTask):
+            result = run_reference(task)
+        elif isinstance(task, RemeasureTask):
+            result = run_remeasure(task)
+        elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
+            result = task.execute()  # type: ignore[attr-defined]
+        else:
+            result = TaskResult(status="crashed", error=f"unknown task {type(task).__name__}")
+    except Exception as exc:
+        result = TaskResult(status="crashed", error=_one_line(exc), log=traceback.format_exc())
+    result.meta["worker_s"] = time.perf_counter() - started  # task wall time inside the worker
+    return result

@@ -109,6 +109,9 @@ class AdaptiveSearch(Search):
             return None
         return min(ok, key=lambda r: (known[r].median_ms, len(r.split()), r))  # type: ignore[return-value]
 
+    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
+        return [r for r in self.phase1 if r not in known]  # the screening does not depend on results
+
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         """Screening; the positives combined; coordinate descent over the positives; then re-screening of
         the other knobs around the incumbent (a strong knob can change what the others do: CUDA graphs

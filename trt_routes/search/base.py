@@ -43,6 +43,11 @@ class Search(ABC):
         """Routes to measure next (none of them in ``known``); ``[]`` means the search is finished."""
         return [route for route in self.candidates(known) if route not in known]
 
+    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
+        """The routes of ``next_batch`` the search will want whatever the routes being measured turn out
+        to be (a static search's, a first phase's): safe to queue before those results are in."""
+        return self.next_batch(known) if self.static else []
+
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         """A sentence about work that cannot be listed yet, or None."""
         return None

@@ -103,6 +103,9 @@ class MixedSearch(Search):
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         return unique([*self.phase1.routes, *self.phase2(known)])
 
+    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
+        return [r for r in self.phase1.routes if r not in known]
+
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         missing = self._missing(known)
         could_qualify = sum(1 for routes in self.phase1.one_knob.values() if routes)
