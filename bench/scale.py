@@ -93,24 +93,43 @@ def torch_project(root: Path, device: str = "gpu", group: str | None = None) -> 
     return root / "tuning.yaml"
 
 
-def run(template: Path, workers: int, scratch: Path) -> dict[str, Any]:
-    dest = scratch / f"w{workers}"
+def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_caches: bool = False) -> dict[str, Any]:
+    """One apply with ``workers`` workers; ``pin=False``: GPU workers not bound to their cores (only their
+    compile pools bounded), as before GPU workers were pinned, for comparison in the same invocation."""
+    dest = scratch / f"w{workers}{'' if pin else 'u'}{'c' if own_caches else ''}"
+    from trt_routes.execute import pool
+
+    pin_gpu_slots = pool.pin_gpu_slots
+    if not pin:
+        pool.pin_gpu_slots = lambda slots: [pool.Slot(s.name, s.device, s.env) for s in pin_gpu_slots(slots)]
+    if own_caches:  # each worker its own Inductor and Triton cache folders
+        pool.pin_gpu_slots = lambda slots: [
+            pool.Slot(s.name, s.device, {**s.env, "TORCHINDUCTOR_CACHE_DIR": str(dest / f"inductor-{s.name}"),
+                                         "TRITON_CACHE_DIR": str(dest / f"triton-{s.name}")}, s.cpus)
+            for s in pin_gpu_slots(slots)]
     shutil.copytree(template.parent, dest)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / f"inductor-w{workers}")  # cold compile caches
-    os.environ["TRITON_CACHE_DIR"] = str(scratch / f"triton-w{workers}")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(dest / "inductor-cache")  # cold compile caches
+    os.environ["TRITON_CACHE_DIR"] = str(dest / "triton-cache")
     project = open_project(dest / "tuning.yaml")
     t0 = time.perf_counter()
-    result = apply(project, ApplyOptions(workers=workers))
+    try:
+        result = apply(project, ApplyOptions(workers=workers))
+    finally:
+        pool.pin_gpu_slots = pin_gpu_slots
     wall = time.perf_counter() - t0
     with project.open_cache() as cache:
         rows = cache.all_trials()
     busy = sum((t.build_s or 0) + (t.measure_s or 0) for t in rows)
     by_worker: dict[str, int] = {}
-    for t in rows:
+    firsts: dict[str, float] = {}  # each worker's first trial also pays what the warm-up did not cover
+    for t in sorted(rows, key=lambda t: t.created_at):
         name = str(t.meta.get("worker", "worker"))
         by_worker[name] = by_worker.get(name, 0) + 1
-    return {"workers": workers, "exit_code": result.exit_code, "trials": len(rows), "wall_s": wall,
+        firsts.setdefault(name, (t.build_s or 0) + (t.measure_s or 0))
+    return {"workers": workers, "pinned": pin, "exit_code": result.exit_code, "trials": len(rows), "wall_s": wall,
             "trials_per_s": len(rows) / wall, "busy_s": busy, "by_worker": by_worker,
+            "busy_after_first_s": busy - sum(firsts.values()), "first_trial_s": firsts,
+            "trials_detail": [(t.route, t.meta.get("worker"), t.build_s, t.measure_s, t.log[:600]) for t in rows],
             "statuses": sorted({t.status for t in rows}),
             "routes": {o.job.name: (o.entry or {}).get("route") for o in result.outcomes}}
 
@@ -118,12 +137,14 @@ def run(template: Path, workers: int, scratch: Path) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch-inductor"])
-    ap.add_argument("--workers", default="2,1", help="worker counts, in the order to run them")
+    ap.add_argument("--workers", default="2,1",
+                    help="worker counts, in the order to run them; '2u': two GPU workers not bound to cores, "
+                         "'2c': two with their own compile caches")
     ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="torch-inductor's target kind")
     ap.add_argument("--group", default=None, help="torch-inductor switch group (default: three jit knobs, 8 routes)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    counts = [int(x) for x in args.workers.split(",")]
+    counts = [(int(x.rstrip("uc")), not x.endswith("u"), x.endswith("c")) for x in args.workers.split(",")]
     env = detect()
     if args.backend == "torch-inductor":
         import torch  # noqa: F401  (warms the OS file cache, so the first run does not pay a cold import alone)
@@ -134,10 +155,13 @@ def main() -> None:
         else:
             template = torch_project(scratch / "template", args.device, args.group)
         rows = []
-        for n in counts:  # each run reported as it ends (a time-limited run keeps what finished)
-            rows.append(run(template, n, scratch))
+        for n, pin, own in counts:  # each run reported as it ends (a time-limited run keeps what finished)
+            rows.append(run(template, n, scratch, pin, own))
+            rows[-1]["own_caches"] = own
             r = rows[-1]
-            print(f"workers={n}: {r['trials']} trials in {r['wall_s']:.1f} s, exit {r['exit_code']}", flush=True)
+            print(f"workers={n}{'' if pin else ' (not pinned)'}: {r['trials']} trials in {r['wall_s']:.1f} s, "
+                  f"exit {r['exit_code']}, busy {r['busy_s']:.1f} s ({r['busy_after_first_s']:.1f} s after each "
+                  f"worker's first trial; first trials {r['first_trial_s']})", flush=True)
             if args.json:
                 args.json.write_text(json.dumps({"backend": args.backend, "rows": rows}, indent=2, default=str))
     finally:
@@ -148,13 +172,14 @@ def main() -> None:
     gpus = ", ".join(sorted({g.get("gpu_name", "?") for g in env.gpus}))
     machine = f"{env.cpu.get('cpu_model')} ({env.cpu.get('cpu_count')} cores), {len(env.gpus)} GPU(s) {gpus}".strip()
     print(f"trial throughput, backend {args.backend}, {machine}, Python {platform.python_version()}")
-    print(f"{'workers':>7} {'trials':>6} {'wall s':>8} {'trials/s':>9} {'vs 1 worker':>11} {'busy s':>8}  per worker")
-    for r in sorted(rows, key=lambda r: r["workers"]):
+    print(f"{'workers':>9} {'trials':>6} {'wall s':>8} {'trials/s':>9} {'vs 1 worker':>11} {'busy s':>8}  per worker")
+    for r in sorted(rows, key=lambda r: (r["workers"], not r["pinned"])):
         ratio = r["trials_per_s"] / base["trials_per_s"]
-        print(f"{r['workers']:>7} {r['trials']:>6} {r['wall_s']:>8.1f} {r['trials_per_s']:>9.3f} {ratio:>10.2f}x "
+        label = f"{r['workers']}{'' if r['pinned'] else ' unpin'}{' own' if r.get('own_caches') else ''}"
+        print(f"{label:>9} {r['trials']:>6} {r['wall_s']:>8.1f} {r['trials_per_s']:>9.3f} {ratio:>10.2f}x "
               f"{r['busy_s']:>8.1f}  {r['by_worker']}")
-    best = max(r["trials_per_s"] for r in rows if r["workers"] == 2) / base["trials_per_s"] if any(
-        r["workers"] == 2 for r in rows) else float("nan")
+    best = max(r["trials_per_s"] for r in rows if r["workers"] == 2 and r["pinned"]) / base["trials_per_s"] if any(
+        r["workers"] == 2 and r["pinned"] for r in rows) else float("nan")
     print(f"2 workers vs 1: {best:.2f}x (target >= {TARGET_RATIO}x with two GPUs)")
     for r in rows:
         print(f"  workers={r['workers']}: exit {r['exit_code']}, statuses {r['statuses']}, winners {r['routes']}")

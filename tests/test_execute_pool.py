@@ -5,6 +5,7 @@ and apply with several workers giving the same routes and statuses as with one."
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from trt_routes.cli import app
 from trt_routes.errors import UsageError
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.pool import PoolExecutor, local_slots
+from trt_routes.execute.tasks import WarmupTask
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.signature import Environment, detect
@@ -51,11 +53,15 @@ def drain(pool: PoolExecutor, n: int) -> list[dict]:  # type: ignore[type-arg]
 def test_gpu_workers_are_pinned_one_device_each_and_run_concurrently(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # this process sees two GPUs: physical 3 and 5
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML here: GPU-local cores unknown
     slots = local_slots(fake_env(GPU, GPU))
-    share = str(max(1, (os.cpu_count() or 1) // 2))  # the host's cores split between the two GPU workers
-    assert [(s.name, s.env) for s in slots] == [
-        ("gpu0", {"CUDA_VISIBLE_DEVICES": "3", "TORCHINDUCTOR_COMPILE_THREADS": share}),
-        ("gpu1", {"CUDA_VISIBLE_DEVICES": "5", "TORCHINDUCTOR_COMPILE_THREADS": share}), ("cpu0", {})]
+    cores = sorted(os.sched_getaffinity(0))
+    halves = [frozenset(cores[: len(cores) // 2]), frozenset(cores[len(cores) // 2:(len(cores) // 2) * 2])]
+    share = str(len(cores) // 2)  # the host's cores split between the two GPU workers, and their compile pools
+    assert [(s.name, s.env, s.cpus) for s in slots] == [
+        ("gpu0", {"CUDA_VISIBLE_DEVICES": "3", "TORCHINDUCTOR_COMPILE_THREADS": share}, halves[0]),
+        ("gpu1", {"CUDA_VISIBLE_DEVICES": "5", "TORCHINDUCTOR_COMPILE_THREADS": share}, halves[1]),
+        ("cpu0", {}, None)]
     device = {"device": "gpu", **GPU}
     with PoolExecutor(slots) as pool:
         assert pool.free_slots({"device": device}) == 2
@@ -66,10 +72,58 @@ def test_gpu_workers_are_pinned_one_device_each_and_run_concurrently(monkeypatch
         metas = drain(pool, 2)
         assert pool.free_slots({"device": device}) == 2
     assert sorted(m["env"]["CUDA_VISIBLE_DEVICES"] for m in metas) == ["3", "5"]
+    assert {m["worker"]: frozenset(m["cpus"]) for m in metas} == {"gpu0": halves[0], "gpu1": halves[1]}
     assert sorted(m["worker"] for m in metas) == ["gpu0", "gpu1"]
     first, second = sorted(metas, key=lambda m: m["start"])
     assert second["start"] < first["end"], "the two tasks did not overlap"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,5"  # the coordinator's own environment is untouched
+
+
+def test_gpu_workers_get_the_cores_local_to_their_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A stand-in pynvml gives each GPU's PCI bus id; a fake sysfs tree lists the cores local to it
+    (GPUs 0 and 1 on one NUMA node, GPU 2 on the other): workers of one node split its cores."""
+    from types import SimpleNamespace
+
+    from trt_routes.backends import cuda_device
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))  # an 8-core host, two nodes
+    node0, node1 = list(range(4)), list(range(4, 8))
+    buses = {0: "00000000:18:00.0", 1: "00000000:19:00.0", 2: "00000000:9A:00.0"}
+    for index, bus in buses.items():
+        folder = tmp_path / bus[-12:].lower()
+        folder.mkdir()
+        node = node0 if index < 2 else node1
+        (folder / "local_cpulist").write_text(f"{node[0]}-{node[-1]}\n")
+    fake = SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+                           nvmlDeviceGetHandleByIndex=lambda i: i,
+                           nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=buses[h].encode()))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(cuda_device, "SYSFS_PCI", tmp_path)
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    gpus = {s.name: s.cpus for s in local_slots(fake_env(GPU, GPU, GPU)) if s.name.startswith("gpu")}
+    assert gpus == {"gpu0": frozenset({0, 1}), "gpu1": frozenset({2, 3}), "gpu2": frozenset({4, 5, 6, 7})}
+
+
+def test_warm_starts_the_matching_workers_before_their_first_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm-up tasks start every matching slot's worker at once (the CPU slot is left alone); a warm-up
+    that fails costs nothing but a fresh worker for the first real task."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    device = {"device": "gpu", **GPU}
+    with PoolExecutor(local_slots(fake_env(GPU, GPU))) as pool:
+        pool.warm([WarmupTask(backend="onnxruntime", spec=spec_for(device))])
+        deadline = time.monotonic() + 60
+        while pool.workers_started < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.workers_started == 2 and set(pool._runners) == {"gpu0", "gpu1"}
+        for i in range(2):
+            pool.submit(EnvProbe(spec_for(device), sleep_s=0.5, label=f"t{i}"), 60)
+        assert sorted(m["worker"] for m in drain(pool, 2)) == ["gpu0", "gpu1"]
+        assert pool.workers_started == 2  # the trials ran in the warmed workers
+    with PoolExecutor(local_slots(fake_env(GPU))) as pool:
+        pool.warm([WarmupTask(backend="no-such-backend", spec=spec_for(device))])
+        assert pool.run(EnvProbe(spec_for(device)), 60).status == "ok"
+        assert pool.workers_started == 2  # the failed warm-up's worker was replaced
 
 
 def test_workers_caps_gpus_per_kind_and_tasks_land_only_on_matching_devices() -> None:

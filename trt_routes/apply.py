@@ -19,7 +19,7 @@ from trt_routes.confirm import Remeasurement, Request, remeasure_key, schedule
 from trt_routes.errors import UsageError
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
-from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
+from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask, WarmupTask
 from trt_routes.jobs import Job
 from trt_routes.jobsearch import JobSearch, finish_search, job_search, selection_key
 from trt_routes.lockfile import Lockfile
@@ -383,6 +383,16 @@ class Applier:
             self._last_write = time.monotonic()
 
 
+def warmup_tasks(plan: Plan) -> list[WarmupTask]:
+    """One warm-up per backend and target device among the jobs to tune (``Executor.warm``)."""
+    tasks: dict[tuple[str, str], WarmupTask] = {}
+    for jp in plan.jobs:
+        if jp.action == "tune":
+            key = (jp.job.backend, canonical.dumps(jp.job.target_data.get("device")))
+            tasks.setdefault(key, WarmupTask(backend=jp.job.backend, spec=jp.job.build_spec({})))
+    return list(tasks.values())
+
+
 class _JobFailed(Exception):
     pass
 
@@ -420,6 +430,7 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
             if options.dry_run:
                 return result
             with executor_factory() as executor:
+                executor.warm(warmup_tasks(plan))
                 applier = Applier(project, cache, lock, reporter, options, executor)
                 for jp in plan.jobs:
                     if jp.action in ("blocked", "skipped"):

@@ -107,6 +107,11 @@ class Backend(ABC):
     def load(self, engine_path: Path, spec: BuildSpec) -> Runner:
         """Load an engine built by ``build`` (runtime knobs of ``spec.route`` applied)."""
 
+    def warm_up(self, spec: BuildSpec) -> None:
+        """Do in a fresh worker, ahead of its first task, what that task would otherwise pay for (import
+        the compiler, create the device context, start compile pools). Optional; default: nothing."""
+        return
+
     @abstractmethod
     def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
         """Reference outputs for ``feeds``: a plain float32 run at the lowest optimization."""

@@ -94,6 +94,32 @@ def nvml_session() -> Iterator[ModuleType | None]:
             nvml.nvmlShutdown()
 
 
+SYSFS_PCI = Path("/sys/bus/pci/devices")
+
+
+def gpu_local_cpus(cuda_id: str) -> frozenset[int] | None:
+    """The CPU cores the kernel lists as local to a GPU (its NUMA node), given the GPU's index or UUID as
+    CUDA_VISIBLE_DEVICES names it; None where NVML or sysfs cannot tell."""
+    with nvml_session() as nvml:
+        if nvml is None:
+            return None
+        try:
+            handle = (nvml.nvmlDeviceGetHandleByUUID(cuda_id) if cuda_id.startswith("GPU-")
+                      else nvml.nvmlDeviceGetHandleByIndex(int(cuda_id)))
+            bus = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)  # "00000000:18:00.0"
+        except Exception:
+            return None
+    try:
+        text = (SYSFS_PCI / bus[-12:].lower() / "local_cpulist").read_text().strip()
+        cpus = set()
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    except (OSError, ValueError):
+        return None
+    return frozenset(cpus) or None
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         value = value.split(b"\0", 1)[0].decode("utf-8", errors="replace")

@@ -49,6 +49,11 @@ class Executor(Protocol):
         """Start ``task`` on a free slot (or queue it where ``queue_room`` allows); returns a ticket."""
         ...
 
+    def warm(self, tasks: list[Any]) -> None:
+        """Start, now, the workers these warm-up tasks' targets will need, and run each task in them, so
+        their start-up overlaps other work (a no-op where there is nothing to overlap)."""
+        ...
+
     def wait(self) -> tuple[int, TaskResult]:
         """Block until some submitted task finishes; (its ticket, its result)."""
         ...
@@ -77,6 +82,9 @@ class InFlightRun:
 
     def queue_room(self, target: Target | None) -> int:
         return 0  # tasks start on free slots only, unless an executor says otherwise
+
+    def warm(self, tasks: list[Any]) -> None:
+        return  # workers start on their first task, unless an executor says otherwise
 
     def run(self, task: Any, timeout: float) -> TaskResult:
         while not self._has_room(task):

@@ -188,6 +188,9 @@ class LocalExecutor(InFlightRun):
     def _has_room(self, task: Any) -> bool:
         return True  # submit always queues
 
+    def warm(self, tasks: list[Any]) -> None:
+        return  # one worker: its first task (the reference) follows at once, nothing to overlap
+
     def wait(self) -> tuple[int, TaskResult]:
         if self._done:
             ticket = next(iter(self._done))

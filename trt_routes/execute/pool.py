@@ -8,6 +8,7 @@ for more than one) bind their worker to disjoint cores and bound its thread pool
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -62,12 +63,8 @@ def local_slots(env: Environment, workers: int | None = None, cpu_workers: int =
             continue
         per_kind[kind] = per_kind.get(kind, 0) + 1
         slots.append(Slot(f"gpu{index}", device, {"CUDA_VISIBLE_DEVICES": cuda_id}))
-    if len(slots) > 1 and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
-        # GPU workers share the host's cores for compilation: without a bound, each backend's compile pool
-        # (Inductor sizes its pool to every core) fights the others and trials slow down as workers are added
-        share = str(max(1, (os.cpu_count() or 1) // len(slots)))
-        for slot in slots:
-            slot.env["TORCHINDUCTOR_COMPILE_THREADS"] = share
+    if len(slots) > 1:
+        slots = pin_gpu_slots(slots)
     cpu_device = {"device": "cpu", **env.cpu}
     if cpu_workers <= 1:
         slots.append(Slot("cpu0", cpu_device))
@@ -78,6 +75,35 @@ def local_slots(env: Environment, workers: int | None = None, cpu_workers: int =
         mine = frozenset(cores[(i * per + j) % len(cores)] for j in range(per))
         slots.append(Slot(f"cpu{i}", cpu_device, {v: str(per) for v in THREAD_VARS}, mine))
     return slots
+
+
+def pin_gpu_slots(slots: list[Slot]) -> list[Slot]:
+    """GPU workers side by side get their own cores: the cores local to their GPU (its NUMA node, shared
+    evenly by the GPUs of one node), else an even share of this process's cores. Their thread pools are
+    bounded to as many threads (Inductor's compile pool is otherwise sized to every core, and two of
+    them fight over the host: trials slow down as GPUs are added)."""
+    from trt_routes.backends.cuda_device import gpu_local_cpus
+
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(allowed) < len(slots):
+        return slots
+    local = [gpu_local_cpus(s.env.get("CUDA_VISIBLE_DEVICES", "")) for s in slots]
+    if any(cpus is None or len(cpus & set(allowed)) < local.count(cpus) for cpus in local):
+        local = [frozenset(allowed)] * len(slots)  # not known for every GPU: even shares of all cores
+    pinned = []
+    for k, slot in enumerate(slots):
+        mine = sorted(local[k] & set(allowed))  # type: ignore[operator]
+        peers = [j for j in range(len(slots)) if local[j] == local[k]]
+        share = mine[peers.index(k) * len(mine) // len(peers):(peers.index(k) + 1) * len(mine) // len(peers)]
+        env = dict(slot.env)
+        if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(share))
+        pinned.append(Slot(slot.name, slot.device, env, frozenset(share)))
+    return pinned
+
+
+_WARM_UP = 0  # the ticket of warm-up tasks (real tickets start at 1)
+_WARM_UP_TIMEOUT_S = 600.0
 
 
 class _SlotRunner:
@@ -99,6 +125,10 @@ class _SlotRunner:
                 self.executor.close()
                 return
             ticket, task, timeout = item
+            if ticket == _WARM_UP:  # nobody waits for it: a failure just means a fresh worker next time
+                with contextlib.suppress(Exception):
+                    self.executor.run(task, timeout)
+                continue
             try:
                 result = self.executor.run(task, timeout)
             except BaseException as exc:  # never lose a ticket: the coordinator waits for it
@@ -150,6 +180,15 @@ class PoolExecutor(InFlightRun):
         self._tickets += 1
         runner.inbox.put((self._tickets, task, timeout))
         return self._tickets
+
+    def warm(self, tasks: list[Any]) -> None:
+        """Start the worker of every slot that serves one of ``tasks``' devices and run the task there
+        first: the workers' start-up (the backend's imports, a CUDA context) overlaps the reference run
+        and each other, instead of each GPU paying it on its first trial."""
+        for task in tasks:
+            for slot in self.slots:
+                if slot.serves(target_device(task_target(task))) and slot.name not in self._runners:
+                    self._runner(slot).inbox.put((_WARM_UP, task, _WARM_UP_TIMEOUT_S))
 
     def _take(self) -> tuple[int, TaskResult]:
         ticket, slot_name, result = self._results.get()

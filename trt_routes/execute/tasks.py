@@ -39,6 +39,15 @@ class ReferenceTask:
     given_inputs_sha: str = ""  # user-provided inputs already in the store
 
 
+@dataclass(frozen=True)
+class WarmupTask:
+    """Start a worker for ``spec.target`` and warm ``backend`` up in it (``Backend.warm_up``) before
+    any trial needs it."""
+
+    backend: str
+    spec: BuildSpec
+
+
 @dataclass
 class TaskResult:
     """What a worker returns. ``status`` follows the trial statuses of the cache."""

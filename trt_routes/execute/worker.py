@@ -21,7 +21,14 @@ from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
-from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask, healthy
+from trt_routes.execute.tasks import (
+    ReferenceTask,
+    RemeasureTask,
+    TaskResult,
+    TrialTask,
+    WarmupTask,
+    healthy,
+)
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
            "bool": np.bool_}
@@ -159,6 +166,9 @@ def _run(task: object) -> TaskResult:
             result = run_reference(task)
         elif isinstance(task, RemeasureTask):
             result = run_remeasure(task)
+        elif isinstance(task, WarmupTask):
+            registry.get(task.backend).warm_up(task.spec)
+            result = TaskResult(status="ok")
         elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
             result = task.execute()  # type: ignore[attr-defined]
         else:

@@ -182,6 +182,18 @@ class TorchInductorBackend(Backend):
             _torch().cuda.synchronize(device)
 
     # -- worker side: build -----------------------------------------------------------------
+    def warm_up(self, spec: BuildSpec) -> None:
+        """Import torch, create the device's CUDA context and start Inductor's compile-worker pool: what a
+        fresh worker's first build would otherwise pay (several seconds)."""
+        settings = self._settings(spec)
+        device = self._device(spec, settings)
+        torch = _torch()
+        if device != "cpu":
+            torch.zeros(1, device=device)
+        from torch._inductor.async_compile import AsyncCompile
+
+        AsyncCompile.warm_pool()
+
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         settings = self._settings(spec)
         device = self._device(spec, settings)
