@@ -17,7 +17,7 @@ from trt_routes.backends.replay import ENV_VAR
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.project import open_project
 
-LANDSCAPE = Path(__file__).resolve().parents[1] / "bench" / "landscapes" / "ort-resnet-bs8.json"
+LANDSCAPES = Path(__file__).resolve().parents[1] / "bench" / "landscapes"
 
 
 def test_a_queued_task_starts_as_soon_as_the_running_one_ends() -> None:
@@ -50,16 +50,16 @@ def test_a_task_queued_behind_a_failure_runs_on_the_replacement_worker(fault: di
     assert executor.workers_started == 2
 
 
-def replay_project(root: Path) -> Path:
+def replay_project(root: Path, landscape: Path) -> Path:
     root.mkdir()
     (root / "tuning.yaml").write_text(f"""
 schema_version: 1
-measurement: {{warmup: 0, iterations: 4, repeats: 3, timeout_s: 60, settle: false}}
-switch_groups: {{g: "{json.loads(LANDSCAPE.read_text())["meta"]["expression"]}"}}
+measurement: {{warmup: 0, iterations: 20, repeats: 5, timeout_s: 60, settle: false}}
+switch_groups: {{g: "{json.loads(landscape.read_text())["meta"]["expression"]}"}}
 strategies: {{s: {{mode: adaptive, confirm: false}}}}
 tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-4}}]}}}}
 defaults: {{backend: replay, switch_group: g, strategy: s, tolerance: t}}
-models: {{m: {{path: {LANDSCAPE}, shapes: {{a: {{x: [1]}}}}}}}}
+models: {{m: {{path: {landscape}, shapes: {{a: {{x: [1]}}}}}}}}
 """)
     return root / "tuning.yaml"
 
@@ -76,21 +76,27 @@ class Recording(LocalExecutor):
         return super().submit(task, timeout)
 
 
-def test_apply_queues_only_what_the_search_wants_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", ["ort-resnet-bs8", "ort-transformer-s32", "launch-bound-gpu",
+                                  "torch-inductor-h200-encoder-jit"])
+def test_apply_queues_only_what_the_search_wants_anyway(name: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The adaptive search over a replayed landscape (deterministic timings): the same trials and winner
-    with routes queued ahead as without."""
-    monkeypatch.setenv(ENV_VAR, str(LANDSCAPE))
+    with routes queued ahead as without, through every phase (screening, combination, descent, sweeps)."""
+    landscape = LANDSCAPES / f"{name}.json"
+    monkeypatch.setenv(ENV_VAR, str(landscape))
     runs: dict[str, tuple[set[str], str | None, int]] = {}
-    for name, room in (("queued", None), ("one at a time", 0)):
+    for run, room in (("queued", None), ("one at a time", 0)):
         if room is not None:
             monkeypatch.setattr(LocalExecutor, "queue_room", lambda self, target: 0)
         executor = Recording()
-        result = apply(open_project(replay_project(tmp_path / name.replace(" ", "-"))),
+        result = apply(open_project(replay_project(tmp_path / run.replace(" ", "-"), landscape)),
                        executor_factory=lambda executor=executor: executor)
         assert result.exit_code == 0, [o.error for o in result.outcomes]
-        with open_project(tmp_path / name.replace(" ", "-") / "tuning.yaml").open_cache() as cache:
+        with open_project(tmp_path / run.replace(" ", "-") / "tuning.yaml").open_cache() as cache:
             routes = {t.route for t in cache.all_trials()}
-        runs[name] = (routes, result.outcomes[0].selection.winner, executor.queued_ahead)  # type: ignore[union-attr]
+        runs[run] = (routes, result.outcomes[0].selection.winner, executor.queued_ahead)  # type: ignore[union-attr]
     assert runs["queued"][:2] == runs["one at a time"][:2]
-    assert runs["queued"][2] >= 5 and runs["one at a time"][2] == 0  # the screening was queued ahead
-    assert len(runs["queued"][0]) < 72  # adaptive: far fewer than the landscape's routes
+    trials = len(runs["queued"][0])
+    # a step that proposes two or more routes has all but the first queued behind a running trial
+    assert runs["queued"][2] >= 3 and runs["one at a time"][2] == 0
+    assert trials < len(json.loads(landscape.read_text())["routes"])  # adaptive: fewer than the landscape's

@@ -23,6 +23,7 @@ from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, T
 from trt_routes.jobs import Job
 from trt_routes.jobsearch import JobSearch, finish_search, job_search, selection_key
 from trt_routes.lockfile import Lockfile
+from trt_routes.measure import timing_stats
 from trt_routes.plan import JobPlan, Plan, candidates_key, make_plan, outcomes
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
@@ -114,7 +115,10 @@ def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list
 
 
 def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
-    stats = result.stats  # the worker summarized its samples (trt_routes.execute.worker.run_trial)
+    # summarized here rather than in the worker: with the next trial queued behind this one, the worker is
+    # already building it while the coordinator does this
+    stats = timing_stats(result.samples, seed=job.measurement.seed,
+                         block=job.measurement.iterations) if result.samples and result.status == "ok" else None
     return TrialRecord(
         id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
         signature=job.signature.hash if job.signature else "", backend=job.backend,

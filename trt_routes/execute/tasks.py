@@ -7,7 +7,6 @@ from typing import Any
 
 from trt_routes.backends.base import BuildSpec
 from trt_routes.execute.protocol import SettleSpec
-from trt_routes.measure import TimingStats
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,6 @@ class TaskResult:
     outputs_sha256: str = ""
     inputs_sha256: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
-    stats: TimingStats | None = None  # the samples' summary, computed where they were taken
 
 
 def healthy(result: TaskResult) -> bool:

@@ -6,6 +6,7 @@ Anything that goes wrong inside a task becomes a TaskResult; only a crash of the
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import time
@@ -85,11 +86,8 @@ def run_trial(task: TrialTask) -> TaskResult:
     result.log, result.build_s, result.engine_sha256 = log, build_s, engine_sha
     result.measure_s = time.perf_counter() - t1  # load, check, time and release the engine
     result.meta.update(noise.finish())
-    if result.samples:  # summarized here, while the worker's caches are warm, not in the coordinator
-        try:
-            result.stats = measure.timing_stats(result.samples, seed=task.seed, block=task.iterations)
-        except ValueError as exc:
-            result.status, result.error = "crashed", f"the backend returned unusable timings: {exc}"
+    if not all(math.isfinite(s) for s in result.samples):  # summarized by the coordinator, which needs numbers
+        result.status, result.error = "crashed", "the backend returned unusable timings (NaN or Inf samples)"
     return result
 
 

@@ -110,7 +110,10 @@ class AdaptiveSearch(Search):
         return min(ok, key=lambda r: (known[r].median_ms, len(r.split()), r))  # type: ignore[return-value]
 
     def committed(self, known: Mapping[str, Outcome]) -> list[str]:
-        return [r for r in self.phase1 if r not in known]  # the screening does not depend on results
+        # every step (screening, the combination, each descent step, each sweep) waits for all the routes it
+        # proposed before deciding anything, and its proposals follow from earlier steps' results alone:
+        # nothing proposed is ever withdrawn, so the whole batch is wanted whatever comes back
+        return self.next_batch(known)
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         """Screening; the positives combined; coordinate descent over the positives; then re-screening of

@@ -104,7 +104,7 @@ class MixedSearch(Search):
         return unique([*self.phase1.routes, *self.phase2(known)])
 
     def committed(self, known: Mapping[str, Outcome]) -> list[str]:
-        return [r for r in self.phase1.routes if r not in known]
+        return self.next_batch(known)  # phase 2 appears only once phase 1 is complete, and then is static
 
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         missing = self._missing(known)
