@@ -74,9 +74,17 @@ def ort_project(root: Path) -> Path:
     return root / "tuning.yaml"
 
 
-def torch_project(root: Path, device: str = "gpu", group: str | None = None) -> Path:
+#: --models: real-sized models of recipes/torch-gpu (builds of 5-20 s on an H200), by name -> shapes
+RECIPE_MODELS = {"resnet50": {"bs16": {"image": [16, 3, 224, 224]}},
+                 "mobilenet_v3": {"bs32": {"image": [32, 3, 224, 224]}},
+                 "vit_b16": {"bs8": {"image": [8, 3, 224, 224]}}}
+
+
+def torch_project(root: Path, device: str = "gpu", group: str | None = None, recipe: list[str] | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "bench_models.py").write_text(MLP)
+    if recipe:
+        shutil.copy(REPO / "recipes" / "torch-gpu" / "models.py", root / "models.py")
     data: dict[str, Any] = {
         "schema_version": 1,
         "measurement": {"warmup": 10, "iterations": 50, "repeats": 5, "timeout_s": 600},
@@ -89,6 +97,9 @@ def torch_project(root: Path, device: str = "gpu", group: str | None = None) -> 
                      "tolerance": "t", "settings": {"dtype": "float16" if device == "gpu" else "float32"}},
         "models": {"mlp": {"entry": "bench_models:mlp", "shapes": {"bs64": {"input": [64, 1024]}}}},
     }
+    if recipe:
+        data["models"] = {name.replace("_", "-"): {"entry": f"models:{name}", "shapes": RECIPE_MODELS[name]}
+                          for name in recipe}
     (root / "tuning.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return root / "tuning.yaml"
 
@@ -142,6 +153,8 @@ def main() -> None:
                          "'2c': two with their own compile caches")
     ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="torch-inductor's target kind")
     ap.add_argument("--group", default=None, help="torch-inductor switch group (default: three jit knobs, 8 routes)")
+    ap.add_argument("--models", default=None,
+                    help=f"torch-inductor: recipes/torch-gpu models instead of the MLP ({', '.join(RECIPE_MODELS)})")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     counts = [(int(x.rstrip("uc")), not x.endswith("u"), x.endswith("c")) for x in args.workers.split(",")]
@@ -153,7 +166,8 @@ def main() -> None:
         if args.backend == "onnxruntime":
             template = ort_project(scratch / "template")
         else:
-            template = torch_project(scratch / "template", args.device, args.group)
+            template = torch_project(scratch / "template", args.device, args.group,
+                                     args.models.split(",") if args.models else None)
         rows = []
         for n, pin, own in counts:  # each run reported as it ends (a time-limited run keeps what finished)
             rows.append(run(template, n, scratch, pin, own))
