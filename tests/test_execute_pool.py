@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _exec_probe import EnvProbe, spec_for
@@ -221,6 +222,26 @@ def test_two_cpu_workers_tune_the_same_routes_and_record_the_shared_cpu(
     project = open_project(two)
     with project.open_cache() as cache:
         assert compute_plan(project, cache, project.read_lock(), ["cnn/bs1/*"]).jobs[0].action == "up-to-date"
+
+
+def test_references_are_computed_up_front_side_by_side(tmp_path: Path, tiny_models: dict[str, Path],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two workers every job's reference is submitted before the first trial, so they run side by side
+    instead of each one alone at the start of its job while the other worker waits."""
+    submitted: list[str] = []
+    submit = PoolExecutor.submit
+
+    def recording(self: PoolExecutor, task: Any, timeout: float) -> int:
+        submitted.append(type(task).__name__)
+        return submit(self, task, timeout)
+
+    monkeypatch.setattr(PoolExecutor, "submit", recording)
+    manifest = make_project(tmp_path / "p", tiny_models, mode="fast")
+    result = apply(open_project(manifest), ApplyOptions(workers=2))
+    assert result.exit_code == 0 and len(result.outcomes) >= 2
+    references = submitted.count("ReferenceTask")
+    assert references == len({o.job.reference_key for o in result.outcomes}) >= 2
+    assert submitted[:references] == ["ReferenceTask"] * references and "TrialTask" in submitted
 
 
 def test_cli_rejects_bad_execution_options(tmp_path: Path, tiny_models: dict[str, Path]) -> None:

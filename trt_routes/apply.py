@@ -159,13 +159,35 @@ class Applier:
             outs = self.store.put_file(self.project.loaded.resolve(ref.outputs))  # type: ignore[union-attr]
             self.cache.add_reference(job.reference_key, ins, outs)
             return ins, outs
-        task = ReferenceTask(backend=job.backend, spec=job.build_spec({}), store_root=str(self.store.root),
-                             inputs=job.inputs, seed=job.measurement.seed)
-        result = self.executor.run(task, job.measurement.timeout_s)
+        result = self.executor.run(self.reference_task(job), job.measurement.timeout_s)
         if result.status != "ok":
             raise _JobFailed(f"reference run failed ({result.status}): {result.error}")
         self.cache.add_reference(job.reference_key, result.inputs_sha256, result.outputs_sha256)
         return result.inputs_sha256, result.outputs_sha256
+
+    def reference_task(self, job: Job) -> ReferenceTask:
+        return ReferenceTask(backend=job.backend, spec=job.build_spec({}), store_root=str(self.store.root),
+                             inputs=job.inputs, seed=job.measurement.seed)
+
+    def prefetch_references(self, jobs: list[Job]) -> None:
+        """Compute the references these jobs lack up front, side by side, where the executor has several
+        free workers: each job's reference otherwise runs alone while the other workers wait. A failure
+        is left for the job itself to run again and report."""
+        todo = [job for job in {j.reference_key: j for j in jobs}.values() if job.reference_shas is None
+                and not self.cache.reference(job.reference_key)]
+        if not any(self.executor.free_slots(job.target_data) > 1 for job in todo):
+            return
+        pending: dict[int, Job] = {}
+        while todo or pending:
+            while todo and self.executor.free_slots(todo[0].target_data) > 0:
+                job = todo.pop(0)
+                pending[self.executor.submit(self.reference_task(job), job.measurement.timeout_s)] = job
+            if not pending:
+                return  # no worker free for the next one: its job computes it
+            ticket, result = self.executor.wait()
+            job = pending.pop(ticket)
+            if result.status == "ok":
+                self.cache.add_reference(job.reference_key, result.inputs_sha256, result.outputs_sha256)
 
     # -- trials ----------------------------------------------------------------------------
     def trial_task(self, job: Job, route: str, ref: tuple[str, str]) -> TrialTask:
@@ -436,6 +458,7 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
             with executor_factory() as executor:
                 executor.warm(warmup_tasks(plan))
                 applier = Applier(project, cache, lock, reporter, options, executor)
+                applier.prefetch_references([jp.job for jp in plan.jobs if jp.action == "tune"])
                 for jp in plan.jobs:
                     if jp.action in ("blocked", "skipped"):
                         continue
