@@ -1,12 +1,12 @@
 """Benchmark: what one Inductor build + measurement costs alone, and beside a second one on another GPU
 (issue 8's scaling ceiling on one host), with and without pinning each process to its share of the cores.
 
-Plain torch, no trt-routes: each process compiles the scaling benchmark's MLP ``--builds`` times (caches
-disabled, so every build compiles) and times 50 runs of it. Configurations: ``solo`` (one process, GPU 0),
-``pair`` (GPUs 0 and 1 at once), ``pair-pinned`` (the same, each process bound to the cores nearest its GPU,
-from sysfs, else half of the cores). Prints the median build and run time per configuration and the ratio
-to ``solo``: a ratio near 1 means two workers can reach ~2x; the per-build slowdown caps what any executor
-gets from a second GPU.
+Plain torch, no trt-routes workers: each process compiles the scaling benchmark's MLP ``--builds`` times
+(caches disabled, so every build compiles) and times 50 runs of it. Configurations: ``solo`` (one process,
+GPU 0), ``pair`` (GPUs 0 and 1 at once), ``pair-pinned`` (the same, each process bound to the cores apply
+gives a GPU worker: ``trt_routes.execute.pool.pin_gpu_slots``). Prints the median build and run time per
+configuration and the ratio to ``solo``: a ratio near 1 means two workers can reach ~2x; the per-build
+slowdown caps what any executor gets from a second GPU.
 
 Run: python bench/compile_contention.py [--builds 6]"""
 
@@ -22,24 +22,16 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-def gpu_local_cpus(index: int) -> list[int] | None:
-    """The CPUs sysfs lists as local to GPU ``index`` (by NVML's PCI bus id), or None."""
-    try:
-        import pynvml
+from trt_routes.execute.pool import Slot, pin_gpu_slots  # noqa: E402
 
-        pynvml.nvmlInit()
-        bus = pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).busId
-        bus = bus.decode() if isinstance(bus, bytes) else bus
-        pynvml.nvmlShutdown()
-        text = Path(f"/sys/bus/pci/devices/{bus[-12:].lower()}/local_cpulist").read_text().strip()
-    except Exception:
-        return None
-    cpus: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
+
+def cores_for(gpus: list[int]) -> list[list[int]]:
+    """The cores apply binds a worker for each of ``gpus`` to when they run side by side."""
+    slots = [Slot(f"gpu{g}", {}, {"CUDA_VISIBLE_DEVICES": str(g)}) for g in gpus]
+    return [sorted(slot.cpus or ()) for slot in pin_gpu_slots(slots)]
 
 
 def child(gpu: int, builds: int, cpus: list[int] | None, out: str) -> None:
@@ -76,15 +68,8 @@ def child(gpu: int, builds: int, cpus: list[int] | None, out: str) -> None:
 def config(name: str, gpus: list[int], builds: int, pin: bool) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     outs, procs = [], []
-    n_cpu = len(os.sched_getaffinity(0))
-    for k, gpu in enumerate(gpus):
-        cpus = None
-        if pin:
-            half = sorted(os.sched_getaffinity(0))[k * n_cpu // len(gpus):(k + 1) * n_cpu // len(gpus)]
-            cpus = gpu_local_cpus(gpu) or half
-            others = [gpu_local_cpus(g) for g in gpus if g != gpu]
-            if cpus and others and others[0] == cpus:  # both GPUs on one node: split its cores
-                cpus = cpus[k * len(cpus) // len(gpus):(k + 1) * len(cpus) // len(gpus)]
+    pinned = cores_for(gpus) if pin else [None] * len(gpus)
+    for gpu, cpus in zip(gpus, pinned, strict=True):
         out = tempfile.mktemp(suffix=".json")
         outs.append(out)
         procs.append(ctx.Process(target=child, args=(gpu, builds, cpus, out)))
@@ -103,8 +88,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--builds", type=int, default=6)
     args = ap.parse_args()
-    print(f"cores {len(os.sched_getaffinity(0))}; GPU 0 local cpus {gpu_local_cpus(0)}; "
-          f"GPU 1 local cpus {gpu_local_cpus(1)}", flush=True)
+    print(f"cores {len(os.sched_getaffinity(0))}; pinned side by side, GPUs 0 and 1 get {cores_for([0, 1])}",
+          flush=True)
     rows = [config("solo", [0], args.builds, False), config("pair", [0, 1], args.builds, False),
             config("pair-pinned", [0, 1], args.builds, True), config("solo-pinned", [0], args.builds, True)]
     solo = rows[0]

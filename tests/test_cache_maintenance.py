@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from _project import copy_project
 from _sharing import add_foreign_trials, machine
 from typer.testing import CliRunner
 
@@ -19,16 +19,10 @@ from trt_routes.lockfile import Lockfile
 
 runner = CliRunner()
 
-@pytest.fixture(scope="module")
-def tuned(sharing_project: Path) -> Path:
-    """Machine A's project, applied once per session (read it; copy it to change it)."""
-    return sharing_project
-
-
 @pytest.fixture
-def a(tuned: Path, tmp_path: Path) -> Path:
-    shutil.copytree(tuned.parent, tmp_path / "a")
-    return tmp_path / "a" / "tuning.yaml"
+def a(sharing_project: Path, tmp_path: Path) -> Path:
+    """Machine A's project (applied once per session), copied to change it."""
+    return copy_project(sharing_project, tmp_path / "a")
 
 
 def _locked_engines(manifest: Path) -> set[str]:

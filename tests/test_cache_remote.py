@@ -4,7 +4,6 @@ signature differs by its CPU model (``open_project(manifest, env=...)``)."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _project import edit_manifest, make_project
+from _project import copy_project, edit_manifest, make_project
 from _sharing import add_foreign_trials, fresh_clone, machine, other_machine, trial_table
 from typer.testing import CliRunner
 
@@ -26,16 +25,10 @@ from trt_routes.lockfile import Lockfile
 from trt_routes.project import Project
 
 
-@pytest.fixture(scope="module")
-def tuned(sharing_project: Path) -> Path:
-    """Machine A's project, applied once per session (read it; copy it to change it)."""
-    return sharing_project
-
-
 @pytest.fixture
-def a(tuned: Path, tmp_path: Path) -> Path:
-    shutil.copytree(tuned.parent, tmp_path / "a")
-    return tmp_path / "a" / "tuning.yaml"
+def a(sharing_project: Path, tmp_path: Path) -> Path:
+    """Machine A's project (applied once per session), copied to change it."""
+    return copy_project(sharing_project, tmp_path / "a")
 
 
 def _exchange(a: Path, url: str, tmp_path: Path, options: dict[str, str] | None = None) -> None:

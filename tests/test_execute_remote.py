@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from trt_routes.artifacts import BlobStore
 from trt_routes.execute import remote
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.tasks import RemeasureTask
+from trt_routes.jobs import Job
 from trt_routes.project import open_project
 from trt_routes.routes import route_dict
 
@@ -27,13 +29,18 @@ def node_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     remote.close_hosted()
 
 
+@contextlib.contextmanager
+def coordinator(tmp_path: Path, tiny_models: dict[str, Path]) -> Iterator[tuple[Job, Applier]]:
+    """The coordinator's side: the first job of a fresh project and an Applier over a local worker."""
+    project = open_project(make_project(tmp_path / "p", tiny_models))
+    with project.open_cache() as cache, LocalExecutor() as executor:
+        yield project.jobs[0], Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(),
+                                       executor)
+
+
 def test_a_shipped_trial_runs_on_a_node_that_shares_no_files(
         node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
-    manifest = make_project(tmp_path / "p", tiny_models)
-    project = open_project(manifest)
-    job = project.jobs[0]
-    with project.open_cache() as cache, LocalExecutor() as executor:
-        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
+    with coordinator(tmp_path, tiny_models) as (job, applier):
         ref = applier.reference(job)
         task = applier.trial_task(job, "-graph_optimization_level=basic", ref)
     shipment, blobs = remote.ship(task)
@@ -55,11 +62,7 @@ def test_a_shipped_trial_runs_on_a_node_that_shares_no_files(
 
 def test_a_node_that_does_not_match_the_signature_refuses_the_trial(
         node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
-    manifest = make_project(tmp_path / "p", tiny_models)
-    project = open_project(manifest)
-    job = project.jobs[0]
-    with project.open_cache() as cache, LocalExecutor() as executor:
-        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
+    with coordinator(tmp_path, tiny_models) as (job, applier):
         task = applier.trial_task(job, "", applier.reference(job))
     shipment, blobs = remote.ship(task)
     expect = {**job.target_data["device"], "cpu_model": "Some Other CPU"}
@@ -84,16 +87,12 @@ def test_every_stored_blob_a_task_names_is_shipped(tmp_path: Path) -> None:
 
 def test_a_shipped_side_by_side_remeasurement_runs_on_the_node(
         node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
-    manifest = make_project(tmp_path / "p", tiny_models)
-    project = open_project(manifest)
-    job = project.jobs[0]
     routes = ["", "-graph_optimization_level=basic"]
-    with project.open_cache() as cache, LocalExecutor() as executor:
-        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
+    with coordinator(tmp_path, tiny_models) as (job, applier):
         ref = applier.reference(job)
         engines = tuple((r, job.build_spec(route_dict(r)), applier.run_trial(job, r, ref).engine_sha256)
                         for r in routes)
-    task = RemeasureTask(backend=job.backend, spec=engines[0][1], store_root=str(project.store.root),
+    task = RemeasureTask(backend=job.backend, spec=engines[0][1], store_root=str(applier.store.root),
                          inputs_sha=ref[0], engines=engines, order=("", routes[1], "", routes[1]), iterations=3)
     shipment, blobs = remote.ship(task)
     assert [sha for sha, _ in blobs] == [shipment.model_sha, ref[0], *(sha for _, _, sha in engines)]

@@ -16,6 +16,7 @@ from trt_routes.measure import (
     METRICS,
     TimingStats,
     _block_bootstrap_medians,
+    _block_counts,
     _multiset_medians,
     all_finite,
     loss,
@@ -235,6 +236,6 @@ def test_multiset_medians_equal_numpy_medians_of_the_concatenated_blocks(blocks:
     exactly numpy's median of the resample's blocks laid end to end."""
     multisets = np.sort(np.random.default_rng(seed).integers(0, len(blocks), size=(20, len(blocks))), axis=1)
     expected = [np.median(blocks[m].ravel()) for m in multisets]
-    assert _multiset_medians(blocks, multisets).tolist() == expected
+    assert _multiset_medians(blocks, _block_counts(multisets, len(blocks))).tolist() == expected
     draws = np.random.default_rng(seed).integers(0, len(blocks), size=(50, len(blocks)))  # the same draws
     assert _block_bootstrap_medians(blocks, 50, seed).tolist() == [np.median(blocks[d].ravel()) for d in draws]

@@ -173,10 +173,10 @@ class Applier:
         """Compute the references these jobs lack up front, side by side, where the executor has several
         free workers: each job's reference otherwise runs alone while the other workers wait. A failure
         is left for the job itself to run again and report."""
+        if not any(self.executor.free_slots(job.target_data) > 1 for job in jobs):
+            return
         todo = [job for job in {j.reference_key: j for j in jobs}.values() if job.reference_shas is None
                 and not self.cache.reference(job.reference_key)]
-        if not any(self.executor.free_slots(job.target_data) > 1 for job in todo):
-            return
         pending: dict[int, Job] = {}
         while todo or pending:
             while todo and self.executor.free_slots(todo[0].target_data) > 0:
@@ -216,16 +216,15 @@ class Applier:
         any order; returns the number of trials built. After each result the search is asked again,
         so an adaptive search sees every finished trial before proposing more; whatever it proposes
         is dispatched as far as free workers allow (one worker: one at a time, in the search's order).
-        Routes the search wants whatever comes back (``Search.committed``) may also wait in a busy
-        worker's queue (``Executor.queue_room``), so it starts the next as soon as it is done.
+        When the search keeps what it proposes (``Search.keeps_proposals``), its routes may also wait in
+        a busy worker's queue (``Executor.queue_room``), so it starts the next as soon as it is done.
         The default route always runs; ``budget`` caps the others (trials in flight count)."""
         in_flight: dict[int, str] = {}
         built = 0
         stopped = False
         while True:
             if not stopped:
-                known = outcomes(trials, job.tolerance, self.lookup)
-                batch = search.next_batch(known)
+                batch = search.next_batch(outcomes(trials, job.tolerance, self.lookup))
                 if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
                     batch = [DEFAULT_ROUTE, *batch]
                 running = set(in_flight.values())
@@ -234,10 +233,8 @@ class Applier:
                 # worker says so instead of the search ending silently
                 room = max(self.executor.free_slots(job.target_data), 0 if in_flight else 1)
                 stopped = not self.dispatch(job, batch[:room], ref, in_flight, budget, built)
-                queue = 0 if stopped else self.executor.queue_room(job.target_data)
-                if queue:
-                    committed = set(search.committed(known))
-                    ahead = [r for r in batch[room:] if r in committed][:queue]
+                if not stopped and search.keeps_proposals:
+                    ahead = batch[room:room + self.executor.queue_room(job.target_data)]
                     stopped = not self.dispatch(job, ahead, ref, in_flight, budget, built)
             if not in_flight:
                 return built

@@ -69,6 +69,7 @@ class JobSearch(Search):
         self.inner = inner
         self.name = inner.name
         self.static = inner.static
+        self.keeps_proposals = inner.keeps_proposals
         self.warm = warm
         self.initial = initial
         self.spent_builds = spent_builds
@@ -96,12 +97,7 @@ class JobSearch(Search):
         return self.inner.candidates(known)
 
     def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
-        return self._within_budget(self.inner.next_batch(known), known)
-
-    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
-        return self._within_budget(self.inner.committed(known), known)
-
-    def _within_budget(self, batch: list[str], known: Mapping[str, Outcome]) -> list[str]:
+        batch = self.inner.next_batch(known)
         if not batch or self.exhausted(known):
             return []
         if self.max_builds is not None:

@@ -171,19 +171,19 @@ def timing_stats(samples: Sequence[float], *, confidence: float = 0.95, resample
 
 @functools.lru_cache(maxsize=8)
 def _all_multisets(nb: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every multiset of ``nb`` blocks drawn from ``nb`` (rows of sorted block indices) and its
-    probability under resampling with replacement: nb! / (prod count! * nb**nb)."""
+    """Every multiset of ``nb`` blocks drawn from ``nb`` (as block counts) and its probability under
+    resampling with replacement: nb! / (prod count! * nb**nb)."""
     rows = np.array(list(itertools.combinations_with_replacement(range(nb), nb)), dtype=np.int64)
-    counts = (rows[:, :, None] == np.arange(nb)).sum(axis=1)
+    counts = _block_counts(rows, nb)
     log_p = math.lgamma(nb + 1) - np.vectorize(math.lgamma)(counts + 1.0).sum(axis=1) - nb * math.log(nb)
-    return rows, np.exp(log_p)
+    return counts, np.exp(log_p)
 
 
 def _exact_block_interval(blocks: np.ndarray, tail: float) -> tuple[float, float]:
     """The block bootstrap's percentile interval from its exact distribution: every distinct resample
     weighted by its probability (no resampling noise), used when there are no more of them than draws."""
-    rows, p = _all_multisets(len(blocks))
-    medians = _multiset_medians(blocks, rows)
+    counts, p = _all_multisets(len(blocks))
+    medians = _multiset_medians(blocks, counts)
     order = np.argsort(medians, kind="stable")
     cdf = np.cumsum(p[order])
     low, high = np.searchsorted(cdf, [tail - 1e-12, 1.0 - tail - 1e-12]).clip(0, len(cdf) - 1)  # F >= q
@@ -209,24 +209,28 @@ def _block_bootstrap_medians(blocks: np.ndarray, resamples: int, seed: int) -> n
             uniq = pick[first]
         else:
             uniq, inverse = np.unique(pick, axis=0, return_inverse=True)
-        parts.append(_multiset_medians(blocks, uniq)[inverse.ravel()])
+        parts.append(_multiset_medians(blocks, _block_counts(uniq, nb))[inverse.ravel()])
     return np.concatenate(parts)
 
 
-def _multiset_medians(blocks: np.ndarray, multisets: np.ndarray) -> np.ndarray:
-    """The median of each multiset of blocks (rows of block indices): the samples sorted once, each
-    weighted by how often its block appears; the middle ranks are where the running weight reaches
-    them. Equal to ``np.median`` over the concatenated blocks."""
+def _block_counts(multisets: np.ndarray, nb: int) -> np.ndarray:
+    """How often each of ``nb`` blocks appears in each multiset (rows of block indices)."""
+    return (multisets[:, :, None] == np.arange(nb)).sum(axis=1)
+
+
+def _multiset_medians(blocks: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The median of each multiset of blocks (``counts``: rows of how often each block appears): the
+    samples sorted once, each weighted by its block's count; the middle ranks are where the running
+    weight reaches them. Equal to ``np.median`` over the concatenated blocks."""
     nb, size = blocks.shape
     flat = blocks.ravel()
     order = np.argsort(flat, kind="stable")
     xs, owner = flat[order], order // size
     n = nb * size
     low_rank, high_rank = (n + 1) // 2, n // 2 + 1  # 1-based ranks of the middle element(s)
-    counts = (multisets[:, :, None] == np.arange(nb)).sum(axis=1)  # (multisets, blocks)
-    out = np.empty(len(multisets))
+    out = np.empty(len(counts))
     step = max(1, _BOOTSTRAP_CHUNK // n)
-    for i in range(0, len(multisets), step):
+    for i in range(0, len(counts), step):
         running = np.cumsum(counts[i:i + step][:, owner], axis=1)
         low = xs[(running >= low_rank).argmax(axis=1)]
         high = xs[(running >= high_rank).argmax(axis=1)]

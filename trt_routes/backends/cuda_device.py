@@ -97,18 +97,20 @@ def nvml_session() -> Iterator[ModuleType | None]:
 SYSFS_PCI = Path("/sys/bus/pci/devices")
 
 
-def gpu_local_cpus(cuda_id: str) -> frozenset[int] | None:
-    """The CPU cores the kernel lists as local to a GPU (its NUMA node), given the GPU's index or UUID as
-    CUDA_VISIBLE_DEVICES names it; None where NVML or sysfs cannot tell."""
+def gpu_local_cpus(cuda_ids: list[str]) -> list[frozenset[int] | None]:
+    """The CPU cores the kernel lists as local to each GPU (its NUMA node), given the GPUs' indexes or
+    UUIDs as CUDA_VISIBLE_DEVICES names them; None where NVML or sysfs cannot tell."""
     with nvml_session() as nvml:
-        if nvml is None:
-            return None
-        try:
-            handle = (nvml.nvmlDeviceGetHandleByUUID(cuda_id) if cuda_id.startswith("GPU-")
-                      else nvml.nvmlDeviceGetHandleByIndex(int(cuda_id)))
-            bus = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)  # "00000000:18:00.0"
-        except Exception:
-            return None
+        return [_local_cpus(nvml, cuda_id) if nvml is not None else None for cuda_id in cuda_ids]
+
+
+def _local_cpus(nvml: ModuleType, cuda_id: str) -> frozenset[int] | None:
+    try:
+        handle = (nvml.nvmlDeviceGetHandleByUUID(cuda_id) if cuda_id.startswith("GPU-")
+                  else nvml.nvmlDeviceGetHandleByIndex(int(cuda_id)))
+        bus = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)  # "00000000:18:00.0"
+    except Exception:
+        return None
     try:
         text = (SYSFS_PCI / bus[-12:].lower() / "local_cpulist").read_text().strip()
         cpus = set()

@@ -11,7 +11,7 @@ import fnmatch
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -268,45 +268,42 @@ class ExportReport:
 def remeasurements_of(cache: CacheStore, trials: list[TrialRecord] | None) -> list[dict[str, str]]:
     """The re-measurement rows of the groups of ``trials`` (all of them for None; none where the cache
     has no such table)."""
-    if not has_table(cache, "remeasurements"):
-        return []
-    cols = ", ".join(REMEASUREMENT_FIELDS)
-    if trials is None:
-        queries = [(f"SELECT {cols} FROM remeasurements", [])]
-    else:
-        queries = [(f"SELECT {cols} FROM remeasurements WHERE group_key IN ({', '.join('?' * len(chunk))})", chunk)
-                   for chunk in _chunks(sorted({t.group_key for t in trials}))]
     out: list[dict[str, str]] = []
-    for sql, args in queries:
-        for row in cache.db.execute(sql, args):
-            item = {k: "" if v is None else str(v) for k, v in zip(REMEASUREMENT_FIELDS, row, strict=True)}
-            try:
-                out.append(parse_remeasurement(item, f"re-measurement {item['key']}"))
-            except BundleError:
-                continue  # a row another version wrote differently stays local
+    for row in _group_rows(cache, "remeasurements", REMEASUREMENT_FIELDS, trials):
+        item = {k: "" if v is None else str(v) for k, v in zip(REMEASUREMENT_FIELDS, row, strict=True)}
+        try:
+            out.append(parse_remeasurement(item, f"re-measurement {item['key']}"))
+        except BundleError:
+            continue  # a row another version wrote differently stays local
     return out
+
+
+def _group_rows(cache: CacheStore, table: str, fields: Sequence[str],
+                trials: list[TrialRecord] | None) -> Iterator[tuple[Any, ...]]:
+    """``fields`` of the rows of ``table`` in the groups of ``trials`` (all rows for None; none where the
+    cache has no such table)."""
+    if not has_table(cache, table):
+        return
+    cols = ", ".join(fields)
+    if trials is None:
+        yield from cache.db.execute(f"SELECT {cols} FROM {table}")
+        return
+    for chunk in _chunks(sorted({t.group_key for t in trials})):
+        yield from cache.db.execute(f"SELECT {cols} FROM {table} WHERE group_key IN ({', '.join('?' * len(chunk))})",
+                                    chunk)
 
 
 def searches_of(cache: CacheStore, trials: list[TrialRecord] | None) -> list[dict[str, Any]]:
     """The search-state rows of the groups of ``trials`` (all of them for None; none where the cache has
     no such table). A search still running here is left out: its state is not a fact yet."""
-    if not has_table(cache, "searches"):
-        return []
-    cols = ", ".join(SEARCH_FIELDS)
-    if trials is None:
-        queries = [(f"SELECT {cols} FROM searches", [])]
-    else:
-        queries = [(f"SELECT {cols} FROM searches WHERE group_key IN ({', '.join('?' * len(chunk))})", chunk)
-                   for chunk in _chunks(sorted({t.group_key for t in trials}))]
     out: list[dict[str, Any]] = []
-    for sql, args in queries:
-        for row in cache.db.execute(sql, args):
-            try:
-                item = parse_search(_search_item(row), "search state")
-            except BundleError:
-                continue  # a row another version wrote differently stays local
-            if item["state"] != "running":
-                out.append(item)
+    for row in _group_rows(cache, "searches", SEARCH_FIELDS, trials):
+        try:
+            item = parse_search(_search_item(row), "search state")
+        except BundleError:
+            continue  # a row another version wrote differently stays local
+        if item["state"] != "running":
+            out.append(item)
     return out
 
 

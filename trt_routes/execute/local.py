@@ -80,12 +80,9 @@ class Worker:
             self.proc.start()
         child.close()
 
-    def send(self, task: Any) -> bool:
-        """Put ``task`` in the worker's pipe (it runs after those already there); False if the worker is
-        gone (``receive`` then says how it died)."""
-        return self.send_bytes(ForkingPickler.dumps(task))
-
     def send_bytes(self, data: bytes | memoryview) -> bool:
+        """Put a pickled task in the worker's pipe (it runs after those already there); False if the worker
+        is gone (``receive`` then says how it died)."""
         try:
             self.conn.send_bytes(data)
         except (BrokenPipeError, OSError):

@@ -87,7 +87,7 @@ def pin_gpu_slots(slots: list[Slot]) -> list[Slot]:
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(allowed) < len(slots):
         return slots
-    local = [gpu_local_cpus(s.env.get("CUDA_VISIBLE_DEVICES", "")) for s in slots]
+    local = gpu_local_cpus([s.env.get("CUDA_VISIBLE_DEVICES", "") for s in slots])
     if any(cpus is None or len(cpus & set(allowed)) < local.count(cpus) for cpus in local):
         local = [frozenset(allowed)] * len(slots)  # not known for every GPU: even shares of all cores
     pinned = []

@@ -9,6 +9,7 @@ recorded)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 from collections.abc import Callable, Mapping
@@ -66,7 +67,10 @@ def timed_samples(runner: Runner, feeds: Feeds, warmup: int, iterations: int, re
 # -- noise context ---------------------------------------------------------------------------
 
 
-_PROC_STAT: list[int] = []  # the worker's /proc/stat descriptor, opened once
+@functools.cache
+def _proc_stat() -> int:
+    """This process's /proc/stat descriptor, opened once (a failure is not cached: the next call retries)."""
+    return os.open("/proc/stat", os.O_RDONLY)
 
 
 def _cpu_jiffies() -> tuple[int, int] | None:
@@ -75,9 +79,7 @@ def _cpu_jiffies() -> tuple[int, int] | None:
     The file stays open and is re-read from offset 0 (the kernel regenerates it): right after a
     measurement has flushed the caches, a path lookup and open cost ~5x the read itself."""
     try:
-        if not _PROC_STAT:
-            _PROC_STAT.append(os.open("/proc/stat", os.O_RDONLY))
-        fields = [int(x) for x in os.pread(_PROC_STAT[0], 256, 0).split(b"\n", 1)[0].split()[1:]]
+        fields = [int(x) for x in os.pread(_proc_stat(), 256, 0).split(b"\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)

@@ -119,6 +119,14 @@ class Confirm(Strict):
                               "split over the challengers (Bonferroni)")
 
 
+def switchable_section(v: object) -> object:
+    """A section that can also be written as a switch: ``false`` turns it off (None), ``true`` means its
+    defaults."""
+    if v is False:
+        return None
+    return {} if v is True else v
+
+
 class Strategy(Strict):
     """A named search strategy. ``fast``/``full``/``mixed`` follow trtexec's semantics (which routes are
     built); ``adaptive`` (the default) screens knobs one at a time, keeps the ones whose gain exceeds the
@@ -135,12 +143,7 @@ class Strategy(Strict):
     confirm: Confirm | None = Field(default_factory=Confirm, description="false: trtexec's rule, the lowest "
                                     "median wins with a strict <")
 
-    @field_validator("confirm", mode="before")
-    @classmethod
-    def _confirm_switch(cls, v: object) -> object:
-        if v is False:
-            return None
-        return {} if v is True else v
+    _confirm_switch = field_validator("confirm", mode="before")(switchable_section)
 
     @model_validator(mode="after")
     def _adaptive_only(self) -> Strategy:
@@ -170,12 +173,7 @@ class Measurement(Strict):
     settle: Settle | None = Field(default_factory=lambda: Settle(), description="after `warmup`, warm up "
                                   "until timings settle (bounded); false: the fixed warm-up only")
 
-    @field_validator("settle", mode="before")
-    @classmethod
-    def _settle_switch(cls, v: object) -> object:
-        if v is False:
-            return None
-        return {} if v is True else v
+    _settle_switch = field_validator("settle", mode="before")(switchable_section)
 
     def key_fields(self) -> dict[str, object]:
         return {"warmup": self.warmup, "iterations": self.iterations, "repeats": self.repeats,

@@ -51,6 +51,9 @@ class AdaptiveSearch(Search):
     """Noise-aware screening, then a combination search over the positive knobs (see the module doc)."""
 
     name = "adaptive"
+    # every step (screening, the combination, each descent step, each sweep) waits for all the routes it
+    # proposed before deciding anything, and what it proposes follows from earlier steps alone
+    keeps_proposals = True
 
     def __init__(self, expr: Expression, catalog: Catalog, warm: Iterable[str] = (), min_gain: float = 0.01) -> None:
         self._routes = _Routes(expr, catalog)
@@ -108,12 +111,6 @@ class AdaptiveSearch(Search):
         if not ok:
             return None
         return min(ok, key=lambda r: (known[r].median_ms, len(r.split()), r))  # type: ignore[return-value]
-
-    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
-        # every step (screening, the combination, each descent step, each sweep) waits for all the routes it
-        # proposed before deciding anything, and its proposals follow from earlier steps' results alone:
-        # nothing proposed is ever withdrawn, so the whole batch is wanted whatever comes back
-        return self.next_batch(known)
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         """Screening; the positives combined; coordinate descent over the positives; then re-screening of

@@ -34,6 +34,10 @@ class Search(ABC):
     name: str
     #: True when ``candidates`` does not depend on what is known (fast, full).
     static: bool = False
+    #: True when every route ``next_batch`` proposes stays wanted whatever the routes being measured turn
+    #: out to be (the search waits for all routes of a step before deciding the next): such routes may be
+    #: queued before those results are in.
+    keeps_proposals: bool = False
 
     @abstractmethod
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
@@ -42,11 +46,6 @@ class Search(ABC):
     def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
         """Routes to measure next (none of them in ``known``); ``[]`` means the search is finished."""
         return [route for route in self.candidates(known) if route not in known]
-
-    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
-        """The routes of ``next_batch`` the search will want whatever the routes being measured turn out
-        to be (a static search's, a first phase's): safe to queue before those results are in."""
-        return self.next_batch(known) if self.static else []
 
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         """A sentence about work that cannot be listed yet, or None."""

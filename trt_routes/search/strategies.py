@@ -43,6 +43,7 @@ class FastSearch(Search):
 
     name = "fast"
     static = True
+    keeps_proposals = True
 
     def __init__(self, expr: Expression, catalog: Catalog) -> None:
         routes = _Routes(expr, catalog)
@@ -62,6 +63,7 @@ class FullSearch(Search):
 
     name = "full"
     static = True
+    keeps_proposals = True
 
     def __init__(self, expr: Expression, catalog: Catalog) -> None:
         routes = _Routes(expr, catalog)
@@ -75,6 +77,7 @@ class MixedSearch(Search):
     """Fast first; then, if more than one knob beat the baseline, the full product over those knobs."""
 
     name = "mixed"
+    keeps_proposals = True  # phase 2 appears only once phase 1 is complete, and then is static
 
     def __init__(self, expr: Expression, catalog: Catalog) -> None:
         self._routes = _Routes(expr, catalog)
@@ -102,9 +105,6 @@ class MixedSearch(Search):
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         return unique([*self.phase1.routes, *self.phase2(known)])
-
-    def committed(self, known: Mapping[str, Outcome]) -> list[str]:
-        return self.next_batch(known)  # phase 2 appears only once phase 1 is complete, and then is static
 
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         missing = self._missing(known)
