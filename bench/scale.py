@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,45 @@ def torch_project(root: Path, device: str = "gpu", group: str | None = None, rec
     return root / "tuning.yaml"
 
 
+class Timeline:
+    """A reporter that keeps when each trial ran on which worker (its end as the coordinator saw it, less
+    the task's wall time inside the worker), to show where the time outside any trial goes."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.trials: list[tuple[str, str, float, float]] = []  # (worker, job, start s, end s)
+        self.jobs: dict[str, list[float]] = {}  # job -> [started, done]
+
+    def plan(self, plan: Any) -> None:
+        self.planned_s = time.perf_counter() - self.t0  # project loaded, environment detected, plan made
+
+    def message(self, text: str) -> None: ...
+
+    def job_start(self, job: Any, builds: int) -> None:
+        self.jobs[job.name] = [time.perf_counter() - self.t0]
+
+    def job_done(self, outcome: Any) -> None:
+        self.jobs.setdefault(outcome.job.name, [0.0]).append(time.perf_counter() - self.t0)
+
+    def trial_done(self, job: Any, trial: Any) -> None:
+        end = time.perf_counter() - self.t0
+        took = float(trial.meta.get("worker_s") or (trial.build_s or 0) + (trial.measure_s or 0))
+        self.trials.append((str(trial.meta.get("worker", "worker")), job.name, end - took, end))
+
+    def summary(self, wall: float) -> dict[str, Any]:
+        """Per worker: time before its first trial, idle between trials, after its last; and each job's span."""
+        out: dict[str, Any] = {}
+        for worker in sorted({w for w, *_ in self.trials}):
+            mine = sorted((a, b) for w, _, a, b in self.trials if w == worker)
+            gaps = sum(max(0.0, a - prev_end) for (_, prev_end), (a, _) in pairwise(mine))
+            out[worker] = {"before_first_s": round(mine[0][0], 1), "between_s": round(gaps, 1),
+                           "after_last_s": round(wall - mine[-1][1], 1), "trials": len(mine)}
+        out["planned_s"] = round(getattr(self, "planned_s", 0.0), 2)
+        out["jobs"] = {name: [round(t, 1) for t in span] for name, span in self.jobs.items()}
+        out["timeline"] = [(w, j, round(a, 1), round(b, 1)) for w, j, a, b in sorted(self.trials, key=lambda t: t[2])]
+        return out
+
+
 def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_caches: bool = False) -> dict[str, Any]:
     """One apply with ``workers`` workers; ``pin=False``: GPU workers not bound to their cores (only their
     compile pools bounded), as before GPU workers were pinned, for comparison in the same invocation."""
@@ -123,8 +163,10 @@ def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_cache
     os.environ["TRITON_CACHE_DIR"] = str(dest / "triton-cache")
     project = open_project(dest / "tuning.yaml")
     t0 = time.perf_counter()
+    timeline = Timeline()
+    timeline.t0 = t0
     try:
-        result = apply(project, ApplyOptions(workers=workers))
+        result = apply(project, ApplyOptions(workers=workers), reporter=timeline)  # type: ignore[arg-type]
     finally:
         pool.pin_gpu_slots = pin_gpu_slots
     wall = time.perf_counter() - t0
@@ -141,7 +183,7 @@ def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_cache
             "trials_per_s": len(rows) / wall, "busy_s": busy, "by_worker": by_worker,
             "busy_after_first_s": busy - sum(firsts.values()), "first_trial_s": firsts,
             "trials_detail": [(t.route, t.meta.get("worker"), t.build_s, t.measure_s, t.log[:600]) for t in rows],
-            "statuses": sorted({t.status for t in rows}),
+            "statuses": sorted({t.status for t in rows}), "outside_trials": timeline.summary(wall),
             "routes": {o.job.name: (o.entry or {}).get("route") for o in result.outcomes}}
 
 
@@ -176,6 +218,10 @@ def main() -> None:
             print(f"workers={n}{'' if pin else ' (not pinned)'}: {r['trials']} trials in {r['wall_s']:.1f} s, "
                   f"exit {r['exit_code']}, busy {r['busy_s']:.1f} s ({r['busy_after_first_s']:.1f} s after each "
                   f"worker's first trial; first trials {r['first_trial_s']})", flush=True)
+            idle = {w: v for w, v in r["outside_trials"].items() if w not in ("jobs", "timeline")}
+            print(f"  outside trials, per worker: {idle}; plan made at {r['outside_trials']['planned_s']} s; "
+                  f"jobs (start, done): {r['outside_trials']['jobs']}",
+                  flush=True)
             if args.json:
                 args.json.write_text(json.dumps({"backend": args.backend, "rows": rows}, indent=2, default=str))
     finally:

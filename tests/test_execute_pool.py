@@ -226,8 +226,8 @@ def test_two_cpu_workers_tune_the_same_routes_and_record_the_shared_cpu(
 
 def test_references_are_computed_up_front_side_by_side(tmp_path: Path, tiny_models: dict[str, Path],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """With two workers every job's reference is submitted before the first trial, so they run side by side
-    instead of each one alone at the start of its job while the other worker waits."""
+    """With two workers the second job starts on the worker the first job's reference leaves free: both
+    references run side by side before any trial, instead of each alone at the start of its job."""
     submitted: list[str] = []
     submit = PoolExecutor.submit
 

@@ -4,7 +4,8 @@ cache as it finishes, selects, materializes engines and rewrites the lockfile at
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -150,6 +151,13 @@ class Applier:
     # -- references ------------------------------------------------------------------------
     def reference(self, job: Job) -> tuple[str, str]:
         """(inputs sha, outputs sha) of the job's reference data, computed once and cached."""
+        known = self.known_reference(job)
+        if known is not None:
+            return known
+        return self.reference_done(job, self.executor.run(self.reference_task(job), job.measurement.timeout_s))
+
+    def known_reference(self, job: Job) -> tuple[str, str] | None:
+        """The job's reference if it needs no run: cached with its blobs, or the manifest's own files."""
         cached = self.cache.reference(job.reference_key)
         if cached and self.store.has(cached[0]) and self.store.has(cached[1]):
             return cached
@@ -159,7 +167,10 @@ class Applier:
             outs = self.store.put_file(self.project.loaded.resolve(ref.outputs))  # type: ignore[union-attr]
             self.cache.add_reference(job.reference_key, ins, outs)
             return ins, outs
-        result = self.executor.run(self.reference_task(job), job.measurement.timeout_s)
+        return None
+
+    def reference_done(self, job: Job, result: TaskResult) -> tuple[str, str]:
+        """Cache a reference run's result; _JobFailed when it failed."""
         if result.status != "ok":
             raise _JobFailed(f"reference run failed ({result.status}): {result.error}")
         self.cache.add_reference(job.reference_key, result.inputs_sha256, result.outputs_sha256)
@@ -168,26 +179,6 @@ class Applier:
     def reference_task(self, job: Job) -> ReferenceTask:
         return ReferenceTask(backend=job.backend, spec=job.build_spec({}), store_root=str(self.store.root),
                              inputs=job.inputs, seed=job.measurement.seed)
-
-    def prefetch_references(self, jobs: list[Job]) -> None:
-        """Compute the references these jobs lack up front, side by side, where the executor has several
-        free workers: each job's reference otherwise runs alone while the other workers wait. A failure
-        is left for the job itself to run again and report."""
-        if not any(self.executor.free_slots(job.target_data) > 1 for job in jobs):
-            return
-        todo = [job for job in {j.reference_key: j for j in jobs}.values() if job.reference_shas is None
-                and not self.cache.reference(job.reference_key)]
-        pending: dict[int, Job] = {}
-        while todo or pending:
-            while todo and self.executor.free_slots(todo[0].target_data) > 0:
-                job = todo.pop(0)
-                pending[self.executor.submit(self.reference_task(job), job.measurement.timeout_s)] = job
-            if not pending:
-                return  # no worker free for the next one: its job computes it
-            ticket, result = self.executor.wait()
-            job = pending.pop(ticket)
-            if result.status == "ok":
-                self.cache.add_reference(job.reference_key, result.inputs_sha256, result.outputs_sha256)
 
     # -- trials ----------------------------------------------------------------------------
     def trial_task(self, job: Job, route: str, ref: tuple[str, str]) -> TrialTask:
@@ -210,38 +201,120 @@ class Applier:
         self.reporter.trial_done(job, record)
         return record
 
-    def search_loop(self, job: Job, search: Search, trials: dict[str, TrialRecord], ref: tuple[str, str],
-                    budget: int | None) -> int:
-        """Dispatch the search's missing routes to free workers and record results as they arrive, in
-        any order; returns the number of trials built. After each result the search is asked again,
-        so an adaptive search sees every finished trial before proposing more; whatever it proposes
-        is dispatched as far as free workers allow (one worker: one at a time, in the search's order).
-        When the search keeps what it proposes (``Search.keeps_proposals``), its routes may also wait in
-        a busy worker's queue (``Executor.queue_room``), so it starts the next as soon as it is done.
-        The default route always runs; ``budget`` caps the others (trials in flight count)."""
-        in_flight: dict[int, str] = {}
-        built = 0
-        stopped = False
+    # -- tuning several jobs at once ----------------------------------------------------------------
+    def tune_jobs(self, jps: list[JobPlan], keep_going: bool) -> Iterator[JobOutcome]:
+        """Run ``jps`` in plan order and yield each one's outcome as it finishes.
+
+        Jobs start one after another, but a job does not hold the executor to itself until it is done:
+        when the running jobs have what they want in flight (a search's last trials, a step's results it
+        must wait for, a reference being computed) and the executor still has a free worker for the next
+        job's target, the next job starts there, with its reference run. Free workers go to running jobs
+        first, in plan order. Only jobs with the very same target overlap (a CPU job never shares the host
+        with GPU compilations it did not share before); with one worker nothing overlaps. Results are
+        recorded as they arrive, whichever job they belong to. When a job fails and ``keep_going`` is
+        off, nothing new starts; jobs already running stop proposing, what they have in flight is
+        recorded, and they are left unlocked (their trials are cached for the next apply)."""
+        pending = deque(jps)
+        active: list[_Tuning] = []
+        owner: dict[int, _Tuning] = {}  # ticket -> its job (a trial's, or the reference's)
+        stop = False
         while True:
-            if not stopped:
-                batch = search.next_batch(outcomes(trials, job.tolerance, self.lookup))
-                if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
-                    batch = [DEFAULT_ROUTE, *batch]
-                running = set(in_flight.values())
-                batch = [r for r in batch if r not in running and r not in trials]
-                # one slot is always tried when nothing runs, so an executor without a matching
-                # worker says so instead of the search ending silently
-                room = max(self.executor.free_slots(job.target_data), 0 if in_flight else 1)
-                stopped = not self.dispatch(job, batch[:room], ref, in_flight, budget, built)
-                if not stopped and search.keeps_proposals:
-                    ahead = batch[room:room + self.executor.queue_room(job.target_data)]
-                    stopped = not self.dispatch(job, ahead, ref, in_flight, budget, built)
-            if not in_flight:
-                return built
+            for tuning in list(active):  # running jobs propose in plan order; finished ones finish
+                tuning.stopped |= stop
+                self.propose(tuning, force=not any(t.running for t in active))
+                owner.update(dict.fromkeys(tuning.in_flight, tuning))
+                if tuning.searching:
+                    continue
+                active.remove(tuning)
+                if stop and tuning.error is None:
+                    self.reporter.message(f"{tuning.job.name}: stopped after another job failed; its "
+                                          f"{tuning.built} new trial(s) are cached for the next apply")
+                    continue
+                outcome = self.finish(tuning)
+                stop |= bool(outcome.error) and not keep_going
+                yield outcome
+            if pending and not stop and (not active or self.overlaps(pending[0].job, active)):
+                tuning = self.start(pending.popleft(), active)
+                if tuning.ref_ticket is not None:
+                    owner[tuning.ref_ticket] = tuning
+                active.append(tuning)
+                continue
+            if not active:
+                return
             ticket, result = self.executor.wait()
-            route = in_flight.pop(ticket)
-            trials[route] = self.record(job, route, result)
-            built += 1
+            tuning = owner.pop(ticket)
+            if ticket == tuning.ref_ticket:
+                self.take_reference(tuning, result, active)
+                continue
+            route = tuning.in_flight.pop(ticket)
+            tuning.trials[route] = self.record(tuning.job, route, result)
+            tuning.built += 1
+            tuning.fresh = True
+
+    def overlaps(self, job: Job, active: list[_Tuning]) -> bool:
+        """``job`` may start beside the ``active`` ones: the same target, and a worker free for it."""
+        return all(t.job.target_data == job.target_data for t in active) and \
+            self.executor.free_slots(job.target_data) > 0
+
+    def start(self, jp: JobPlan, active: list[_Tuning]) -> _Tuning:
+        """A job, started: a tune job's search (its reference known, being computed for another job with
+        the same reference, or submitted now); any other job (a reselection) has nothing to run."""
+        job = jp.job
+        tuning = _Tuning(jp, time.perf_counter(), self.cache.group(job.group_key))
+        if jp.action != "tune":
+            return tuning
+        assert job.expression is not None and job.catalog is not None
+        tuning.search = self.job_search(job, tuning.trials)
+        self.reporter.job_start(job, len(jp.to_build))
+        tuning.ref = self.known_reference(job)
+        if tuning.ref is None and not any(t.job.reference_key == job.reference_key and t.awaits_reference
+                                          for t in active):
+            tuning.ref_ticket = self.executor.submit(self.reference_task(job), job.measurement.timeout_s)
+        return tuning
+
+    def take_reference(self, tuning: _Tuning, result: TaskResult, active: list[_Tuning]) -> None:
+        """A reference run came back: it serves every running job with the same reference."""
+        tuning.ref_ticket = None
+        try:
+            ref: tuple[str, str] | None = self.reference_done(tuning.job, result)
+            error = None
+        except _JobFailed as exc:
+            ref, error = None, str(exc)
+        for other in active:
+            if other.awaits_reference and other.job.reference_key == tuning.job.reference_key:
+                other.ref, other.error = ref, error
+
+    def propose(self, tuning: _Tuning, force: bool) -> None:
+        """Dispatch what the job's search wants measured, as far as free workers allow (one worker: one at
+        a time, in the search's order). The search is asked again only after a result of this job came in,
+        so an adaptive search sees every finished trial before proposing more. When it keeps what it
+        proposes (``Search.keeps_proposals``), its routes may also wait in a busy worker's queue
+        (``Executor.queue_room``), so that worker starts the next as soon as it is done. ``force``: nothing
+        runs anywhere, so one route is submitted even without a free worker (an executor without a
+        matching worker then says so, instead of the search ending silently)."""
+        if tuning.stopped or tuning.error is not None or tuning.search is None:
+            tuning.batch = []
+            return
+        if tuning.ref is None:
+            return  # its reference is being computed
+        job, trials, in_flight = tuning.job, tuning.trials, tuning.in_flight
+        batch = tuning.batch
+        if tuning.fresh:
+            batch = tuning.search.next_batch(outcomes(trials, job.tolerance, self.lookup))
+            if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
+                batch = [DEFAULT_ROUTE, *batch]
+            tuning.fresh = False
+        running = set(in_flight.values())
+        batch = [r for r in batch if r not in running and r not in trials]
+        room = max(self.executor.free_slots(job.target_data), 1 if force and not in_flight else 0)
+        budget = job.strategy.max_builds
+        ref = tuning.ref
+        tuning.stopped = not self.dispatch(job, batch[:room], ref, in_flight, budget, tuning.built)
+        if not tuning.stopped and tuning.search.keeps_proposals:
+            ahead = batch[room:room + self.executor.queue_room(job.target_data)]
+            tuning.stopped = not self.dispatch(job, ahead, ref, in_flight, budget, tuning.built)
+        running = set(in_flight.values())
+        tuning.batch = [] if tuning.stopped else [r for r in batch if r not in running]
 
     def dispatch(self, job: Job, routes: list[str], ref: tuple[str, str], in_flight: dict[int, str],
                  budget: int | None, built: int) -> bool:
@@ -254,20 +327,14 @@ class Applier:
             in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route
         return True
 
-    def run_job(self, jp: JobPlan) -> JobOutcome:
-        job = jp.job
-        start = time.perf_counter()
+    def finish(self, tuning: _Tuning) -> JobOutcome:
+        """Select among the job's candidates, confirm, materialize the winner's engine and lock it."""
+        jp, trials, built, search, job = tuning.jp, tuning.trials, tuning.built, tuning.search, tuning.job
         outcome = JobOutcome(job=job, action=jp.action)
         try:
-            trials = self.cache.group(job.group_key)
-            built = 0
-            if jp.action == "tune":
-                assert job.expression is not None and job.catalog is not None
-                ref = self.reference(job)
-                search = self.job_search(job, trials)
-                budget = job.strategy.max_builds
-                self.reporter.job_start(job, len(jp.to_build))
-                built = self.search_loop(job, search, trials, ref, budget)
+            if tuning.error is not None:
+                raise _JobFailed(tuning.error)
+            if search is not None:
                 self.search_done(job, search, trials)
                 cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, self.lookup))]
                 cands = [r for r in dict.fromkeys(cands) if r in trials]
@@ -294,7 +361,7 @@ class Applier:
             self.commit(job, outcome.entry, durable=outcome.built > 0)
         except _JobFailed as exc:
             outcome.error = str(exc)
-        outcome.seconds = time.perf_counter() - start
+        outcome.seconds = time.perf_counter() - tuning.started
         return outcome
 
     # -- search budget and confirmation (trt_routes.jobsearch, trt_routes.confirm) -------------------
@@ -420,6 +487,42 @@ class _JobFailed(Exception):
     pass
 
 
+@dataclass(eq=False)
+class _Tuning:
+    """One job while it runs (``Applier.tune_jobs`` may run several at once)."""
+
+    jp: JobPlan
+    started: float
+    trials: dict[str, TrialRecord]
+    search: Search | None = None  # None: not a tune job (a reselection)
+    ref: tuple[str, str] | None = None  # (inputs sha, outputs sha) once known
+    ref_ticket: int | None = None  # its reference run, while in flight
+    error: str | None = None  # why it cannot go on (its reference run failed)
+    in_flight: dict[int, str] = field(default_factory=dict)  # ticket -> route
+    built: int = 0
+    stopped: bool = False  # the budget (or another job's failure) stopped it: it proposes nothing more
+    fresh: bool = True  # a result came in since the search was last asked
+    batch: list[str] = field(default_factory=list)  # what the search last proposed that is not running yet
+
+    @property
+    def job(self) -> Job:
+        return self.jp.job
+
+    @property
+    def awaits_reference(self) -> bool:
+        return self.search is not None and self.ref is None and self.error is None
+
+    @property
+    def running(self) -> bool:
+        """Something of this job is in a worker."""
+        return bool(self.in_flight) or self.ref_ticket is not None
+
+    @property
+    def searching(self) -> bool:
+        """Something runs, its reference is awaited, or its search wants more than there was room for."""
+        return self.running or self.awaits_reference or bool(self.batch)
+
+
 def apply(project: Project, options: ApplyOptions | None = None, reporter: Reporter | None = None,
           executor_factory: Callable[[], Executor] | None = None,
           check_plan: Callable[[Plan, CacheStore, Lockfile], None] | None = None) -> ApplyResult:
@@ -455,20 +558,18 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
             with executor_factory() as executor:
                 executor.warm(warmup_tasks(plan))
                 applier = Applier(project, cache, lock, reporter, options, executor)
-                applier.prefetch_references([jp.job for jp in plan.jobs if jp.action == "tune"])
                 for jp in plan.jobs:
-                    if jp.action in ("blocked", "skipped"):
-                        continue
                     if jp.action == "up-to-date":
                         result.outcomes.append(JobOutcome(job=jp.job, action=jp.action, reused=jp.reused,
                                                           entry=lock.jobs.get(jp.job.name)))
-                        continue
-                    outcome = applier.run_job(jp)
+                run = [jp for jp in plan.jobs if jp.action not in ("blocked", "skipped", "up-to-date")]
+                for outcome in applier.tune_jobs(run, options.keep_going):
                     result.outcomes.append(outcome)
                     reporter.job_done(outcome)
                     if outcome.error and not options.keep_going:
                         result.stopped_early = True
-                        break
+                order = {jp.job.name: i for i, jp in enumerate(plan.jobs)}
+                result.outcomes.sort(key=lambda o: order.get(o.job.name, len(order)))
             for name in plan.removed:
                 lock.jobs.pop(name, None)
             lock.write()

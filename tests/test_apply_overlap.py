@@ -1,0 +1,173 @@
+"""Jobs overlapping on several workers: the next job starts on a worker the running job leaves idle (its
+last trials in flight), with the same trials and winners as one job after another; with one worker
+nothing overlaps; a failure stops what overlapped without locking it."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _project import edit_manifest, make_project
+
+from trt_routes.apply import Applier, ApplyOptions, apply
+from trt_routes.execute.pool import PoolExecutor
+from trt_routes.lockfile import Lockfile
+from trt_routes.project import open_project
+
+TESTS = Path(__file__).resolve().parent
+#: the stand-in fault backend's -fault=slow sleeps 0.5 s before each round of timed runs: with the default
+#: route, each job has a quick trial and a long one
+GROUP = "-fault=[none|slow]"
+#: the fixed warm-up only (settling would time the slow route many times over): each slow trial takes ~1 s
+QUICK = {"warmup": 1, "iterations": 3, "repeats": 2, "timeout_s": 60, "settle": False}
+
+
+@pytest.fixture
+def faulty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRT_ROUTES_BACKENDS", "faulty=fault_backend:FaultBackend")
+    monkeypatch.syspath_prepend(str(TESTS))
+    from trt_routes.backends import registry
+
+    registry.get.cache_clear()
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """('submit' | 'result', job name), in the order the coordinator saw them (spies on the real methods)."""
+    seen: list[tuple[str, str]] = []
+    dispatch, record = Applier.dispatch, Applier.record
+
+    def spy_dispatch(self: Applier, job: Any, routes: list[str], *args: Any) -> bool:
+        seen.extend(("submit", job.name) for _ in routes)
+        return dispatch(self, job, routes, *args)
+
+    def spy_record(self: Applier, job: Any, route: str, result: Any) -> Any:
+        seen.append(("result", job.name))
+        return record(self, job, route, result)
+
+    monkeypatch.setattr(Applier, "dispatch", spy_dispatch)
+    monkeypatch.setattr(Applier, "record", spy_record)
+    return seen
+
+
+def overlapped(events: list[tuple[str, str]]) -> list[str]:
+    """Jobs whose first trial was submitted before the previous job's last result came in."""
+    order = list(dict.fromkeys(name for kind, name in events if kind == "submit"))
+    last_result = {name: i for i, (kind, name) in enumerate(events) if kind == "result"}
+    first_submit = {name: events.index(("submit", name)) for name in order}
+    return [b for a, b in itertools.pairwise(order) if first_submit[b] < last_result[a]]
+
+
+def no_confirmation(d: dict[str, Any]) -> None:
+    d["strategies"]["s"]["confirm"] = False  # a slow winner would be re-measured side by side, slowly
+
+
+def trials_of(manifest: Path) -> dict[str, dict[str, str]]:
+    with open_project(manifest).open_cache() as cache:
+        out: dict[str, dict[str, str]] = {}
+        for t in cache.all_trials():
+            out.setdefault(t.job, {})[t.route] = t.status
+        return out
+
+
+@pytest.mark.slow
+def test_next_job_starts_beside_the_last_trials_and_tunes_the_same(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path], events: list[tuple[str, str]]) -> None:
+    kw: dict[str, Any] = {"backend": "faulty", "group": GROUP, "mode": "full", "both_models": True,
+                          "measurement": QUICK}
+    one = make_project(tmp_path / "one", tiny_models, **kw)
+    edit_manifest(one, no_confirmation)
+    two = make_project(tmp_path / "two", tiny_models, **kw)
+    edit_manifest(two, no_confirmation)
+    r1 = apply(open_project(one), ApplyOptions(workers=1))
+    assert r1.exit_code == 0 and overlapped(events) == []  # one worker: one job after another
+    events.clear()
+    r2 = apply(open_project(two), ApplyOptions(workers=2))
+    assert r2.exit_code == 0
+    jobs = [o.job.name for o in r2.outcomes]
+    assert jobs == [o.job.name for o in r1.outcomes] == ["cnn/bs1/cpu", "cnn/bs4/cpu", "tb/s16/cpu"]
+    assert overlapped(events), events  # each job's slow trial left a worker free for the next job
+    assert trials_of(one) == trials_of(two)
+    assert all(routes == {"": "ok", "-fault=slow": "ok"} for routes in trials_of(two).values())
+    for manifest in (one, two):
+        assert sorted(Lockfile.read(manifest.parent / "tuning.lock").jobs) == sorted(jobs)
+
+
+@pytest.mark.slow
+def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path], events: list[tuple[str, str]]) -> None:
+    import onnxruntime as ort
+
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group=GROUP,
+                            mode="full", both_models=True, measurement=QUICK)
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    y = ort.InferenceSession(str(manifest.parent / "models" / "cnn.onnx")).run(None, {"input": x})[0]
+    np.savez(manifest.parent / "in.npz", input=x)
+    np.savez(manifest.parent / "out.npz", logits=y + 1.0)  # wrong on purpose: every cnn route fails the gate
+
+    def wrong_reference(d: dict[str, Any]) -> None:
+        d["models"]["cnn"]["shapes"] = {"bs1": {"input": [1, 3, 32, 32]}}
+        d["models"]["cnn"]["reference"] = {"inputs": "in.npz", "outputs": "out.npz"}
+
+    edit_manifest(manifest, wrong_reference)
+    messages: list[str] = []
+
+    class Messages:
+        def __getattr__(self, name: str) -> Any:
+            return messages.append if name == "message" else (lambda *a: None)
+
+    result = apply(open_project(manifest), ApplyOptions(workers=2), reporter=Messages())  # type: ignore[arg-type]
+    assert result.exit_code == 4 and result.stopped_early
+    assert [(o.job.name, bool(o.error)) for o in result.outcomes] == [("cnn/bs1/cpu", True)]
+    assert overlapped(events) == ["tb/s16/cpu"]
+    assert any(m.startswith("tb/s16/cpu: stopped after another job failed") for m in messages), messages
+    cached = trials_of(manifest)
+    assert len(cached["cnn/bs1/cpu"]) == 2 and cached["tb/s16/cpu"]  # what ran is kept for the next apply
+    lock = manifest.parent / "tuning.lock"
+    assert not lock.exists() or not Lockfile.read(lock).jobs  # neither job was locked
+    # the next apply resumes: only what the stopped job still lacks is built, then it is locked
+    edit_manifest(manifest, lambda d: d["models"].pop("cnn"))
+    again = apply(open_project(manifest), ApplyOptions(workers=2))
+    assert again.exit_code == 0
+    assert again.built == 2 - len(cached["tb/s16/cpu"])
+    assert list(Lockfile.read(lock).jobs) == ["tb/s16/cpu"]
+
+
+def test_jobs_with_one_reference_compute_it_once(tmp_path: Path, tiny_models: dict[str, Path],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two model entries of one file and shape (two switch groups, say) share their reference: the second
+    job, started beside the first while its reference runs, waits for that run instead of repeating it."""
+    submitted: list[str] = []
+    submit = PoolExecutor.submit
+
+    def recording(self: PoolExecutor, task: Any, timeout: float) -> int:
+        submitted.append(type(task).__name__)
+        return submit(self, task, timeout)
+
+    monkeypatch.setattr(PoolExecutor, "submit", recording)
+    manifest = make_project(tmp_path / "p", tiny_models, mode="fast")
+
+    def twin(d: dict[str, Any]) -> None:
+        d["models"]["cnn"]["shapes"] = {"bs1": {"input": [1, 3, 32, 32]}}
+        d["switch_groups"]["other"] = "-enable_mem_pattern=[0|1]"
+        d["models"]["twin"] = {**d["models"]["cnn"], "switch_group": "other"}
+
+    edit_manifest(manifest, twin)
+    started: dict[str, int] = {}  # job -> tasks submitted when it started
+
+    class Starts:
+        def job_start(self, job: Any, builds: int) -> None:
+            started[job.name] = len(submitted)
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a: None
+
+    result = apply(open_project(manifest), ApplyOptions(workers=2), reporter=Starts())  # type: ignore[arg-type]
+    assert result.exit_code == 0
+    assert started == {"cnn/bs1/cpu": 0, "twin/bs1/cpu": 1}  # the twin started while the reference ran
+    assert [o.job.name for o in result.outcomes] == ["cnn/bs1/cpu", "twin/bs1/cpu"]
+    assert result.outcomes[0].job.reference_key == result.outcomes[1].job.reference_key
+    assert submitted.count("ReferenceTask") == 1 and submitted[0] == "ReferenceTask"
