@@ -58,10 +58,11 @@ def test_gpu_workers_are_pinned_one_device_each_and_run_concurrently(monkeypatch
     slots = local_slots(fake_env(GPU, GPU))
     cores = sorted(os.sched_getaffinity(0))
     halves = [frozenset(cores[: len(cores) // 2]), frozenset(cores[len(cores) // 2:(len(cores) // 2) * 2])]
-    share = str(len(cores) // 2)  # the host's cores split between the two GPU workers, and their compile pools
+    # the host's cores split between the two GPU workers; their compile pools may use every core, at low priority
+    pools = {"TORCHINDUCTOR_COMPILE_THREADS": str(len(cores)), "TRT_ROUTES_SPARE_CPUS": ",".join(map(str, cores))}
     assert [(s.name, s.env, s.cpus) for s in slots] == [
-        ("gpu0", {"CUDA_VISIBLE_DEVICES": "3", "TORCHINDUCTOR_COMPILE_THREADS": share}, halves[0]),
-        ("gpu1", {"CUDA_VISIBLE_DEVICES": "5", "TORCHINDUCTOR_COMPILE_THREADS": share}, halves[1]),
+        ("gpu0", {"CUDA_VISIBLE_DEVICES": "3", **pools}, halves[0]),
+        ("gpu1", {"CUDA_VISIBLE_DEVICES": "5", **pools}, halves[1]),
         ("cpu0", {}, None)]
     device = {"device": "gpu", **GPU}
     with PoolExecutor(slots) as pool:
@@ -104,6 +105,32 @@ def test_gpu_workers_get_the_cores_local_to_their_gpu(monkeypatch: pytest.Monkey
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
     gpus = {s.name: s.cpus for s in local_slots(fake_env(GPU, GPU, GPU)) if s.name.startswith("gpu")}
     assert gpus == {"gpu0": frozenset({0, 1}), "gpu1": frozenset({2, 3}), "gpu2": frozenset({4, 5, 6, 7})}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_helper_processes_start_on_the_spare_cores_at_the_lowest_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a GPU worker's compile pool gets: a process started through start_on_spare_cpus runs on every
+    spare core at nice 19, while the starting thread keeps its own cores and priority."""
+    import subprocess
+
+    from trt_routes.backends.base import start_on_spare_cpus
+
+    cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("TRT_ROUTES_SPARE_CPUS", ",".join(map(str, cores)))
+    child = "import os; print(sorted(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0))"
+    out: list[str] = []
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    os.sched_setaffinity(0, {cores[0]})  # like a pinned worker's own thread
+    try:
+        start_on_spare_cpus(lambda: out.append(subprocess.run([sys.executable, "-c", child], capture_output=True,
+                                                               text=True, check=True).stdout.strip()))
+        assert os.sched_getaffinity(0) == {cores[0]}
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert out == [f"{cores} 19"]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    with pytest.raises(ZeroDivisionError):  # what the start function raises reaches the caller
+        start_on_spare_cpus(lambda: 1 / 0)
 
 
 def test_warm_starts_the_matching_workers_before_their_first_task(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,8 @@ only inside an isolated worker process (``trt_routes.execute``)."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -65,6 +67,50 @@ def time_on_host(run: Any, feeds: Feeds, warmup: int, iterations: int, repeats: 
             run(feeds)
             samples.append((time.perf_counter() - t0) * 1e3)
     return samples
+
+
+#: Set by the local executor for GPU workers side by side: the cores (``0-15,32``) that helper processes a
+#: backend starts (Inductor's compile pool) may spread over, at the lowest priority (``start_on_spare_cpus``).
+SPARE_CPUS_VAR = "TRT_ROUTES_SPARE_CPUS"
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """``"0-3,8"`` -> {0, 1, 2, 3, 8} (the kernel's cpulist format)."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return frozenset(cpus)
+
+
+def start_on_spare_cpus(start: Any) -> None:
+    """Call ``start()`` (which starts helper processes) from a thread bound to the cores ``SPARE_CPUS_VAR``
+    names, at the lowest CPU priority; without it, or where the OS cannot, just call it. Processes it
+    starts inherit that thread's cores and priority: a worker's compile pool then uses any core the other
+    workers leave idle yet yields at once to their timed runs, while this worker's own thread stays on
+    its own cores at normal priority."""
+    spare = os.environ.get(SPARE_CPUS_VAR, "")
+    if not spare or not hasattr(os, "sched_setaffinity"):
+        start()
+        return
+    failure: list[BaseException] = []
+
+    def bound() -> None:
+        try:
+            try:
+                os.sched_setaffinity(0, parse_cpu_list(spare))  # this thread only
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            except (OSError, ValueError):
+                pass  # not allowed here: start them as this worker is
+            start()
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=bound, name="trt-routes-spare-cpus")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 class Backend(ABC):

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trt_routes.backends.base import SPARE_CPUS_VAR
 from trt_routes.errors import UsageError
 from trt_routes.execute.base import InFlightRun, Target, target_device, task_target
 from trt_routes.execute.local import LocalExecutor
@@ -79,9 +80,10 @@ def local_slots(env: Environment, workers: int | None = None, cpu_workers: int =
 
 def pin_gpu_slots(slots: list[Slot]) -> list[Slot]:
     """GPU workers side by side get their own cores: the cores local to their GPU (its NUMA node, shared
-    evenly by the GPUs of one node), else an even share of this process's cores. Their thread pools are
-    bounded to as many threads (Inductor's compile pool is otherwise sized to every core, and two of
-    them fight over the host: trials slow down as GPUs are added)."""
+    evenly by the GPUs of one node), else an even share of this process's cores, so one worker's timed
+    runs never wait for another's work. Their compile pools (Inductor's) are sized to every core but run
+    at the lowest priority (``SPARE_CPUS_VAR``, ``start_on_spare_cpus``): compilation, most of a trial,
+    uses whatever cores the other workers leave idle, and yields at once to their timed runs."""
     from trt_routes.backends.cuda_device import gpu_local_cpus
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -95,9 +97,9 @@ def pin_gpu_slots(slots: list[Slot]) -> list[Slot]:
         mine = sorted(local[k] & set(allowed))  # type: ignore[operator]
         peers = [j for j in range(len(slots)) if local[j] == local[k]]
         share = mine[peers.index(k) * len(mine) // len(peers):(peers.index(k) + 1) * len(mine) // len(peers)]
-        env = dict(slot.env)
+        env = {**slot.env, SPARE_CPUS_VAR: ",".join(map(str, allowed))}
         if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
-            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(share))
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(allowed))
         pinned.append(Slot(slot.name, slot.device, env, frozenset(share)))
     return pinned
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trt_routes import canonical
-from trt_routes.backends.base import Backend, BuildSpec, Feeds, SettingError
+from trt_routes.backends.base import Backend, BuildSpec, Feeds, SettingError, start_on_spare_cpus
 from trt_routes.backends.torch_inductor import models
 from trt_routes.backends.torch_inductor.catalog import (
     build_catalog,
@@ -52,6 +52,14 @@ def _torch() -> Any:
     import torch
 
     return torch
+
+
+def _start_compile_pool() -> None:
+    """Start Inductor's compile-worker pool now (once per process; later calls are free): on the cores and
+    at the priority ``start_on_spare_cpus`` gives helper processes."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    start_on_spare_cpus(AsyncCompile.warm_pool)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -190,9 +198,7 @@ class TorchInductorBackend(Backend):
         torch = _torch()
         if device != "cpu":
             torch.zeros(1, device=device)
-        from torch._inductor.async_compile import AsyncCompile
-
-        AsyncCompile.warm_pool()
+        _start_compile_pool()
 
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         settings = self._settings(spec)
@@ -201,6 +207,7 @@ class TorchInductorBackend(Backend):
         torch = _torch()
         lines = [f"torch {torch.__version__}, mode {settings['mode']}, dtype {settings['dtype']}, device {device}",
                  f"route: {' '.join(f'{k}={v}' for k, v in sorted(spec.route.items())) or '(default)'}"]
+        _start_compile_pool()  # a replaced worker's first build: before compiling starts it on this thread
         t0 = time.perf_counter()
         with _precision(settings["matmul_precision"]):
             module, example = self._model(spec, settings, device)
