@@ -90,6 +90,9 @@ def test_next_job_starts_beside_the_last_trials_and_tunes_the_same(
     jobs = [o.job.name for o in r2.outcomes]
     assert jobs == [o.job.name for o in r1.outcomes] == ["cnn/bs1/cpu", "cnn/bs4/cpu", "tb/s16/cpu"]
     assert overlapped(events), events  # each job's slow trial left a worker free for the next job
+    # each job's first build runs before its others, beside another job's rather than its own second one
+    firsts = [name for kind, name in events if kind == "submit"][:2]
+    assert sorted(firsts) == ["cnn/bs1/cpu", "cnn/bs4/cpu"], events
     assert trials_of(one) == trials_of(two)
     assert all(routes == {"": "ok", "-fault=slow": "ok"} for routes in trials_of(two).values())
     for manifest in (one, two):

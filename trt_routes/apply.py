@@ -209,7 +209,10 @@ class Applier:
         when the running jobs have what they want in flight (a search's last trials, a step's results it
         must wait for, a reference being computed) and the executor still has a free worker for the next
         job's target, the next job starts there, with its reference run. Free workers go to running jobs
-        first, in plan order. Only jobs with the very same target overlap (a CPU job never shares the host
+        first, in plan order, except that a job with no trial yet runs its first one alone while another
+        job can use the workers: that first build fills the compile caches (Inductor's kernels, a
+        TensorRT timing cache) its other routes reuse, where routes built side by side from cold would
+        each compile everything. Only jobs with the very same target overlap (a CPU job never shares the host
         with GPU compilations it did not share before); with one worker nothing overlaps. Results are
         recorded as they arrive, whichever job they belong to. When a job fails and ``keep_going`` is
         off, nothing new starts; jobs already running stop proposing, what they have in flight is
@@ -239,6 +242,10 @@ class Applier:
                     owner[tuning.ref_ticket] = tuning
                 active.append(tuning)
                 continue
+            for tuning in active:  # no job to start here: a job's first trial need not run alone after all
+                if tuning.cold and tuning.batch:
+                    self.propose(tuning, force=False, first_alone=False)
+                    owner.update(dict.fromkeys(tuning.in_flight, tuning))
             if not active:
                 return
             ticket, result = self.executor.wait()
@@ -284,14 +291,16 @@ class Applier:
             if other.awaits_reference and other.job.reference_key == tuning.job.reference_key:
                 other.ref, other.error = ref, error
 
-    def propose(self, tuning: _Tuning, force: bool) -> None:
+    def propose(self, tuning: _Tuning, force: bool, first_alone: bool = True) -> None:
         """Dispatch what the job's search wants measured, as far as free workers allow (one worker: one at
         a time, in the search's order). The search is asked again only after a result of this job came in,
         so an adaptive search sees every finished trial before proposing more. When it keeps what it
         proposes (``Search.keeps_proposals``), its routes may also wait in a busy worker's queue
         (``Executor.queue_room``), so that worker starts the next as soon as it is done. ``force``: nothing
         runs anywhere, so one route is submitted even without a free worker (an executor without a
-        matching worker then says so, instead of the search ending silently)."""
+        matching worker then says so, instead of the search ending silently). ``first_alone``: a job with no
+        trial yet dispatches nothing beside its first one (``tune_jobs`` lifts that when no other job can
+        use the free workers)."""
         if tuning.stopped or tuning.error is not None or tuning.search is None:
             tuning.batch = []
             return
@@ -307,6 +316,8 @@ class Applier:
         running = set(in_flight.values())
         batch = [r for r in batch if r not in running and r not in trials]
         room = max(self.executor.free_slots(job.target_data), 1 if force and not in_flight else 0)
+        if first_alone and tuning.cold:
+            room = min(room, 0 if in_flight else 1)
         budget = job.strategy.max_builds
         ref = tuning.ref
         tuning.stopped = not self.dispatch(job, batch[:room], ref, in_flight, budget, tuning.built)
@@ -516,6 +527,11 @@ class _Tuning:
     def running(self) -> bool:
         """Something of this job is in a worker."""
         return bool(self.in_flight) or self.ref_ticket is not None
+
+    @property
+    def cold(self) -> bool:
+        """No trial of its group has finished yet (its first build has the compile caches to fill)."""
+        return not self.trials
 
     @property
     def searching(self) -> bool:
