@@ -62,3 +62,14 @@ def cli(*args: str) -> tuple[int, str]:
 
     result = CliRunner().invoke(app, list(args))
     return result.exit_code, result.output
+
+
+def routes_and_statuses(manifest: Path) -> dict[str, dict[str, str]]:
+    """job -> route -> status of every trial in the project's cache."""
+    from trt_routes.project import open_project
+
+    with open_project(manifest).open_cache() as cache:
+        out: dict[str, dict[str, str]] = {}
+        for t in cache.all_trials():
+            out.setdefault(t.job, {})[t.route] = t.status
+        return out

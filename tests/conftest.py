@@ -1,10 +1,12 @@
-"""Shared pytest fixtures: the quickstart models generated fresh into a temp folder."""
+"""Shared pytest fixtures: the quickstart models generated fresh into a temp folder, the stand-in fault
+backend, and a record of the tasks the local pool was given."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -47,3 +49,30 @@ def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]
     result = apply(open_project(manifest))
     assert result.exit_code == 0, [o.error for o in result.outcomes]
     return manifest
+
+
+@pytest.fixture
+def faulty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register tests/fault_backend.py's ``faulty`` backend (ONNX Runtime plus fault knobs) for this test
+    and the workers it spawns."""
+    monkeypatch.setenv("TRT_ROUTES_BACKENDS", "faulty=fault_backend:FaultBackend")
+    monkeypatch.syspath_prepend(str(REPO / "tests"))
+    from trt_routes.backends import registry
+
+    registry.get.cache_clear()
+
+
+@pytest.fixture
+def submitted_tasks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The kind of every task given to a PoolExecutor, in order (a spy on the real ``submit``)."""
+    from trt_routes.execute.pool import PoolExecutor
+
+    submitted: list[str] = []
+    submit = PoolExecutor.submit
+
+    def recording(self: PoolExecutor, task: Any, timeout: float) -> int:
+        submitted.append(type(task).__name__)
+        return submit(self, task, timeout)
+
+    monkeypatch.setattr(PoolExecutor, "submit", recording)
+    return submitted

@@ -10,10 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _project import edit_manifest, make_project
+from _project import edit_manifest, make_project, routes_and_statuses
 
 from trt_routes.apply import Applier, ApplyOptions, apply
-from trt_routes.execute.pool import PoolExecutor
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 
@@ -25,13 +24,6 @@ GROUP = "-fault=[none|slow]"
 QUICK = {"warmup": 1, "iterations": 3, "repeats": 2, "timeout_s": 60, "settle": False}
 
 
-@pytest.fixture
-def faulty(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRT_ROUTES_BACKENDS", "faulty=fault_backend:FaultBackend")
-    monkeypatch.syspath_prepend(str(TESTS))
-    from trt_routes.backends import registry
-
-    registry.get.cache_clear()
 
 
 @pytest.fixture
@@ -65,14 +57,6 @@ def no_confirmation(d: dict[str, Any]) -> None:
     d["strategies"]["s"]["confirm"] = False  # a slow winner would be re-measured side by side, slowly
 
 
-def trials_of(manifest: Path) -> dict[str, dict[str, str]]:
-    with open_project(manifest).open_cache() as cache:
-        out: dict[str, dict[str, str]] = {}
-        for t in cache.all_trials():
-            out.setdefault(t.job, {})[t.route] = t.status
-        return out
-
-
 @pytest.mark.slow
 def test_next_job_starts_beside_the_last_trials_and_tunes_the_same(
         faulty: None, tmp_path: Path, tiny_models: dict[str, Path], events: list[tuple[str, str]]) -> None:
@@ -93,8 +77,8 @@ def test_next_job_starts_beside_the_last_trials_and_tunes_the_same(
     # each job's first build runs before its others, beside another job's rather than its own second one
     firsts = [name for kind, name in events if kind == "submit"][:2]
     assert sorted(firsts) == ["cnn/bs1/cpu", "cnn/bs4/cpu"], events
-    assert trials_of(one) == trials_of(two)
-    assert all(routes == {"": "ok", "-fault=slow": "ok"} for routes in trials_of(two).values())
+    assert routes_and_statuses(one) == routes_and_statuses(two)
+    assert all(routes == {"": "ok", "-fault=slow": "ok"} for routes in routes_and_statuses(two).values())
     for manifest in (one, two):
         assert sorted(Lockfile.read(manifest.parent / "tuning.lock").jobs) == sorted(jobs)
 
@@ -127,7 +111,7 @@ def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
     assert [(o.job.name, bool(o.error)) for o in result.outcomes] == [("cnn/bs1/cpu", True)]
     assert overlapped(events) == ["tb/s16/cpu"]
     assert any(m.startswith("tb/s16/cpu: stopped after another job failed") for m in messages), messages
-    cached = trials_of(manifest)
+    cached = routes_and_statuses(manifest)
     assert len(cached["cnn/bs1/cpu"]) == 2 and cached["tb/s16/cpu"]  # what ran is kept for the next apply
     lock = manifest.parent / "tuning.lock"
     assert not lock.exists() or not Lockfile.read(lock).jobs  # neither job was locked
@@ -139,18 +123,23 @@ def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
     assert list(Lockfile.read(lock).jobs) == ["tb/s16/cpu"]
 
 
+def test_references_run_side_by_side(tmp_path: Path, tiny_models: dict[str, Path],
+                                     submitted_tasks: list[str]) -> None:
+    """With two workers the second job starts on the worker the first job's reference leaves free: both
+    references run side by side before any trial, instead of each alone at the start of its job."""
+    manifest = make_project(tmp_path / "p", tiny_models, mode="fast")
+    result = apply(open_project(manifest), ApplyOptions(workers=2))
+    assert result.exit_code == 0 and len(result.outcomes) >= 2
+    references = submitted_tasks.count("ReferenceTask")
+    assert references == len({o.job.reference_key for o in result.outcomes}) >= 2
+    assert submitted_tasks[:references] == ["ReferenceTask"] * references and "TrialTask" in submitted_tasks
+
+
 def test_jobs_with_one_reference_compute_it_once(tmp_path: Path, tiny_models: dict[str, Path],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 submitted_tasks: list[str]) -> None:
     """Two model entries of one file and shape (two switch groups, say) share their reference: the second
     job, started beside the first while its reference runs, waits for that run instead of repeating it."""
-    submitted: list[str] = []
-    submit = PoolExecutor.submit
-
-    def recording(self: PoolExecutor, task: Any, timeout: float) -> int:
-        submitted.append(type(task).__name__)
-        return submit(self, task, timeout)
-
-    monkeypatch.setattr(PoolExecutor, "submit", recording)
+    submitted = submitted_tasks
     manifest = make_project(tmp_path / "p", tiny_models, mode="fast")
 
     def twin(d: dict[str, Any]) -> None:

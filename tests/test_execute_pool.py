@@ -8,11 +8,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from _exec_probe import EnvProbe, spec_for
-from _project import edit_manifest, make_project
+from _project import edit_manifest, make_project, routes_and_statuses
 from typer.testing import CliRunner
 
 from trt_routes.apply import ApplyOptions, apply, compute_plan
@@ -34,13 +33,6 @@ OTHER_GPU = {**GPU, "gpu_name": "Stand-in L4", "compute_capability": "8.9"}
 LANDSCAPE = "-sleep_ms=[0|8] -fault=[none|raise|segv]"
 
 
-@pytest.fixture
-def faulty(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRT_ROUTES_BACKENDS", "faulty=fault_backend:FaultBackend")
-    monkeypatch.syspath_prepend(str(TESTS))
-    from trt_routes.backends import registry
-
-    registry.get.cache_clear()
 
 
 def fake_env(*gpus: dict[str, str]) -> Environment:
@@ -210,15 +202,6 @@ def test_run_keeps_results_that_finish_meanwhile_for_wait() -> None:
         assert time.perf_counter() - t0 < 30
 
 
-def routes_and_statuses(manifest: Path) -> dict[str, dict[str, str]]:
-    project = open_project(manifest)
-    with project.open_cache() as cache:
-        out: dict[str, dict[str, str]] = {}
-        for t in cache.all_trials():
-            out.setdefault(t.job, {})[t.route] = t.status
-        return out
-
-
 @pytest.mark.slow
 def test_two_cpu_workers_tune_the_same_routes_and_record_the_shared_cpu(
         faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
@@ -249,26 +232,6 @@ def test_two_cpu_workers_tune_the_same_routes_and_record_the_shared_cpu(
     project = open_project(two)
     with project.open_cache() as cache:
         assert compute_plan(project, cache, project.read_lock(), ["cnn/bs1/*"]).jobs[0].action == "up-to-date"
-
-
-def test_references_are_computed_up_front_side_by_side(tmp_path: Path, tiny_models: dict[str, Path],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """With two workers the second job starts on the worker the first job's reference leaves free: both
-    references run side by side before any trial, instead of each alone at the start of its job."""
-    submitted: list[str] = []
-    submit = PoolExecutor.submit
-
-    def recording(self: PoolExecutor, task: Any, timeout: float) -> int:
-        submitted.append(type(task).__name__)
-        return submit(self, task, timeout)
-
-    monkeypatch.setattr(PoolExecutor, "submit", recording)
-    manifest = make_project(tmp_path / "p", tiny_models, mode="fast")
-    result = apply(open_project(manifest), ApplyOptions(workers=2))
-    assert result.exit_code == 0 and len(result.outcomes) >= 2
-    references = submitted.count("ReferenceTask")
-    assert references == len({o.job.reference_key for o in result.outcomes}) >= 2
-    assert submitted[:references] == ["ReferenceTask"] * references and "TrialTask" in submitted
 
 
 def test_cli_rejects_bad_execution_options(tmp_path: Path, tiny_models: dict[str, Path]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from _project import make_project
 
 from trt_routes.apply import ApplyOptions, apply
@@ -15,13 +14,6 @@ from trt_routes.project import open_project
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture
-def faulty(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRT_ROUTES_BACKENDS", "faulty=fault_backend:FaultBackend")
-    monkeypatch.syspath_prepend(str(TESTS))
-    from trt_routes.backends import registry
-
-    registry.get.cache_clear()
 
 
 def test_every_fault_becomes_a_trial_and_the_run_goes_on(
