@@ -57,6 +57,19 @@ def test_eta_prices_each_job_at_its_own_measured_trial_time() -> None:
     assert clock_text(3725.4) == "1:02:05" and clock_text(None) == "-:--:--"
 
 
+def test_a_job_started_beside_a_running_one_does_not_restart_the_clock() -> None:
+    now = FakeTime()
+    clock = TrialClock(now)
+    clock.plan({"a": 2, "b": 1})
+    clock.job_start("a", 2)
+    now.t = 3.0
+    clock.trial_done("a")
+    now.t = 4.0
+    clock.job_start("b", 1)  # a's second trial is still running on another worker
+    now.t = 6.0
+    assert clock.trial_done("a") == 3.0  # since a's previous result, not since b started
+
+
 def test_plain_lines_when_not_a_terminal(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     manifest = make_project(tmp_path / "p", tiny_models)
     result = CliRunner().invoke(app, ["apply", "-m", str(manifest)])

@@ -37,8 +37,11 @@ class TrialClock:
 
     def job_start(self, job: str, builds: int) -> None:
         self.planned[job] = max(self.planned.get(job, 0), builds)
+        if self.current is None or not self._left(self.current):
+            self.last = self.now()  # the time between jobs is no trial's
+        # else it starts beside a job whose trials still run (apply overlaps jobs on free workers): the
+        # clock keeps running for the trial in flight
         self.current = job
-        self.last = self.now()
 
     def trial_done(self, job: str) -> float | None:
         """Record one finished trial; returns its measured seconds (None before any job_start)."""
