@@ -241,6 +241,9 @@ def test_frozen_needs_a_lockfile_and_matching_jobs(tuned: Path, tmp_path: Path) 
     assert code == 2 and "no lockfile at" in out and "--frozen builds only what tuning.lock records" in out
     code, out = cli("apply", "--frozen", "--plan", "x.json", "-m", str(manifest))
     assert code == 2 and "exclude each other" in out
+    for extra in (["--workers", "2"], ["--executor", "ray"], ["--address", "auto"]):
+        code, out = cli("apply", "--frozen", *extra, "-m", str(manifest))
+        assert code == 2 and "do not apply to it" in out, out
 
 
 def test_search_space_membership_for_adaptive_strategies(tuned: Path) -> None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from trt_routes import __version__
-from trt_routes.errors import BackendUnavailable, TrialsFailed, TrtRoutesError
+from trt_routes.errors import BackendUnavailable, TrialsFailed, TrtRoutesError, UsageError
 
 app = typer.Typer(
     name="trt-routes",
@@ -128,8 +128,6 @@ def knobs(
             loaded = load_manifest(manifest)
             groups = loaded.manifest.switch_groups
             if expr not in groups:
-                from trt_routes.errors import UsageError
-
                 raise UsageError(f"no switch group '{expr}' in {manifest}",
                                  f"groups: {', '.join(sorted(groups)) or 'none'}")
             typer.echo(f"--tuneBuildRoutes=\"{parse_expression(groups[expr], source=expr).text()}\"")
@@ -137,8 +135,6 @@ def knobs(
         catalog = registry.require(backend).catalog()
         if knob and catalog.get(knob) is None and catalog.get("-" + knob.lstrip("-")) is None:
             import difflib
-
-            from trt_routes.errors import UsageError
 
             close = difflib.get_close_matches(knob, catalog.options, n=1)
             raise UsageError(f"{backend} has no knob '{knob}'",
@@ -218,6 +214,10 @@ def apply(
         from trt_routes.report.console import PlainReporter, RichReporter, render_dry_run, render_summary
 
         project = _project(manifest)
+        if frozen and (workers is not None or executor not in (None, "local") or address is not None):
+            raise UsageError("--frozen rebuilds one locked route per job, one job at a time, in one local "
+                             "worker: --workers, --executor and --address do not apply to it",
+                             "drop them, or tune with a plain `trt-routes apply`")
         if frozen:
             return _apply_frozen(project, only or [], keep_going, dry_run, allow_signature_drift, as_json,
                                  quiet, plan_file)
@@ -309,7 +309,6 @@ def report(
 
 def _apply_frozen(project: Any, only: list[str], keep_going: bool, dry_run: bool, allow_drift: bool,
                   as_json: bool, quiet: bool, plan_file: Path | None) -> int:
-    from trt_routes.errors import UsageError
     from trt_routes.frozen import FrozenOptions, apply_frozen
     from trt_routes.report.console import PlainReporter
     from trt_routes.report.gitops import render_frozen
@@ -332,7 +331,6 @@ def _saved_plan(project: Any, plan_file: Path, only: list[str] | None, do_apply:
     """The saved plan's job selection, and apply bound to refuse the plan if it went stale."""
     import functools
 
-    from trt_routes.errors import UsageError
     from trt_routes.saved_plan import load_plan, plan_verifier
 
     saved = load_plan(plan_file)
@@ -447,8 +445,6 @@ def cache_import(
     def body() -> None:
         from trt_routes.cache.merge import import_bundle
         from trt_routes.cache.tuning_import import import_tuning_cache, sniff
-        from trt_routes.errors import UsageError
-
         project = _project(manifest)
         if sniff(file) == "bundle":
             if job:
