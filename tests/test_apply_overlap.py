@@ -28,9 +28,19 @@ QUICK = {"warmup": 1, "iterations": 3, "repeats": 2, "timeout_s": 60, "settle": 
 
 @pytest.fixture
 def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """('submit' | 'result', job name), in the order the coordinator saw them (spies on the real methods)."""
+    """('submit' | 'result' | 'remeasure' | 'remeasured', job name), in the order the coordinator saw them
+    (spies on the real methods)."""
     seen: list[tuple[str, str]] = []
     dispatch, record = Applier.dispatch, Applier.record
+    remeasure_task, take_remeasurement = Applier.remeasure_task, Applier.take_remeasurement
+
+    def spy_remeasure_task(self: Applier, job: Any, *args: Any) -> Any:
+        seen.append(("remeasure", job.name))
+        return remeasure_task(self, job, *args)
+
+    def spy_take_remeasurement(self: Applier, tuning: Any, result: Any) -> None:
+        seen.append(("remeasured", tuning.job.name))
+        take_remeasurement(self, tuning, result)
 
     def spy_dispatch(self: Applier, job: Any, routes: list[str], *args: Any) -> bool:
         seen.extend(("submit", job.name) for _ in routes)
@@ -42,6 +52,8 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
     monkeypatch.setattr(Applier, "dispatch", spy_dispatch)
     monkeypatch.setattr(Applier, "record", spy_record)
+    monkeypatch.setattr(Applier, "remeasure_task", spy_remeasure_task)
+    monkeypatch.setattr(Applier, "take_remeasurement", spy_take_remeasurement)
     return seen
 
 
@@ -121,6 +133,27 @@ def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
     assert again.exit_code == 0
     assert again.built == 2 - len(cached["tb/s16/cpu"])
     assert list(Lockfile.read(lock).jobs) == ["tb/s16/cpu"]
+
+
+@pytest.mark.slow
+def test_other_jobs_trials_go_on_while_a_job_confirms_its_winner(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path], events: list[tuple[str, str]]) -> None:
+    """A finished search's side-by-side re-measurement is a task like a trial: while it runs in one worker,
+    the other jobs' trials run and are recorded in the other (it used to hold the coordinator)."""
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-sleep_ms=[0|8]", mode="full",
+                            both_models=True, measurement=QUICK)
+    # each re-measurement takes a few seconds: 10 rounds of at least 100 ms per route
+    edit_manifest(manifest, lambda d: d["strategies"]["s"].update(confirm={"rounds": 10, "slot_ms": 100}))
+    result = apply(open_project(manifest), ApplyOptions(workers=2))
+    assert result.exit_code == 0
+    assert all(o.selection is not None and o.selection.confirmation for o in result.outcomes)
+    assert {o.entry["route"] for o in result.outcomes if o.entry} == {"-sleep_ms=0"}  # confirmed over the default
+    during = []  # results of one job recorded while another job's re-measurement ran
+    for i, (kind, name) in enumerate(events):
+        if kind == "remeasure":
+            end = events.index(("remeasured", name), i)
+            during += [other for k, other in events[i:end] if k == "result" and other != name]
+    assert during, events
 
 
 def test_references_run_side_by_side(tmp_path: Path, tiny_models: dict[str, Path],

@@ -214,7 +214,8 @@ class Applier:
         TensorRT timing cache) its other routes reuse, where routes built side by side from cold would
         each compile everything. Only jobs with the very same target overlap (a CPU job never shares the host
         with GPU compilations it did not share before); with one worker nothing overlaps. Results are
-        recorded as they arrive, whichever job they belong to. When a job fails and ``keep_going`` is
+        recorded as they arrive, whichever job they belong to; a finished search's side-by-side
+        confirmation runs as tasks too, so other jobs' trials go on meanwhile. When a job fails and ``keep_going`` is
         off, nothing new starts; jobs already running stop proposing, what they have in flight is
         recorded, and they are left unlocked (their trials are cached for the next apply)."""
         pending = deque(jps)
@@ -223,9 +224,17 @@ class Applier:
         stop = False
         while True:
             for tuning in list(active):  # running jobs propose in plan order; finished ones finish
-                tuning.stopped |= stop
-                self.propose(tuning, force=not any(t.running for t in active))
-                owner.update(dict.fromkeys(tuning.in_flight, tuning))
+                tuning.aborted |= stop
+                force = not any(t.running for t in active)
+                if tuning.raw is None:
+                    self.propose(tuning, force)
+                    owner.update(dict.fromkeys(tuning.in_flight, tuning))
+                    if not tuning.searching and not tuning.aborted and tuning.error is None:
+                        self.begin_selection(tuning)
+                if tuning.raw is not None:
+                    self.confirm(tuning, force)
+                    if tuning.remeasure_ticket is not None:
+                        owner[tuning.remeasure_ticket] = tuning
                 if tuning.searching:
                     continue
                 active.remove(tuning)
@@ -252,6 +261,9 @@ class Applier:
             tuning = owner.pop(ticket)
             if ticket == tuning.ref_ticket:
                 self.take_reference(tuning, result, active)
+                continue
+            if ticket == tuning.remeasure_ticket:
+                self.take_remeasurement(tuning, result)
                 continue
             route = tuning.in_flight.pop(ticket)
             tuning.trials[route] = self.record(tuning.job, route, result)
@@ -301,7 +313,7 @@ class Applier:
         matching worker then says so, instead of the search ending silently). ``first_alone``: a job with no
         trial yet dispatches nothing beside its first one (``tune_jobs`` lifts that when no other job can
         use the free workers)."""
-        if tuning.stopped or tuning.error is not None or tuning.search is None:
+        if tuning.stopped or tuning.aborted or tuning.error is not None or tuning.search is None:
             tuning.batch = []
             return
         if tuning.ref is None:
@@ -338,23 +350,101 @@ class Applier:
             in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route
         return True
 
+    def begin_selection(self, tuning: _Tuning) -> None:
+        """The job's search is over: its candidates, the raw selection, and the side-by-side
+        re-measurements that confirmation still lacks (run as tasks like trials, ``confirm``)."""
+        jp, trials, search, job = tuning.jp, tuning.trials, tuning.search, tuning.job
+        if search is not None:
+            self.search_done(job, search, trials)
+            cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, self.lookup))]
+            tuning.cands = [r for r in dict.fromkeys(cands) if r in trials]
+        else:
+            tuning.cands = list(jp.candidates)
+        tuning.raw = select(trials, tuning.cands, job.tolerance, self.lookup)
+        self.next_confirmation_round(tuning)
+
+    def next_confirmation_round(self, tuning: _Tuning) -> None:
+        """The re-measurements the selection still lacks: against the default, then possibly against the
+        locked winner (at most three rounds); stored as they come, so a later apply or plan re-decides
+        without measuring (``trt_routes.selection``)."""
+        assert tuning.raw is not None
+        if tuning.confirm_rounds >= 3:
+            return
+        tuning.confirm_rounds += 1
+        _, tuning.requests = final_selection(tuning.job, tuning.trials, [], self.cache,
+                                             self.lock.jobs.get(tuning.job.name), raw=tuning.raw)
+
+    def confirm(self, tuning: _Tuning, force: bool) -> None:
+        """Start the job's next side-by-side re-measurement where a worker is free (``force``: nothing runs
+        anywhere)."""
+        if tuning.aborted:
+            tuning.requests = []
+        if not tuning.requests or tuning.remeasure_ticket is not None:
+            return
+        if self.executor.free_slots(tuning.job.target_data) < 1 and not force:
+            return
+        task = self.remeasure_task(tuning.job, tuning.trials, tuning.requests[0])
+        if isinstance(task, str):
+            self.confirmation_failed(tuning, task)
+            return
+        routes = 1 + len(tuning.requests[0].challengers)
+        tuning.remeasure_ticket = self.executor.submit(task, tuning.job.measurement.timeout_s * (1 + routes))
+
+    def take_remeasurement(self, tuning: _Tuning, result: TaskResult) -> None:
+        """Store a side-by-side re-measurement that came back; the next round when this one is done."""
+        tuning.remeasure_ticket = None
+        request = tuning.requests.pop(0)
+        job, settings = tuning.job, tuning.job.strategy.confirm
+        assert settings is not None
+        if result.status != "ok":
+            self.confirmation_failed(tuning, f"{result.status}: {result.error}")
+            return
+        meta = {k: v for k, v in result.meta.items() if k != "slots"}
+        m = Remeasurement(request.baseline, request.challengers,
+                          tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
+        facts.add_remeasurement(self.cache, remeasure_key(job.group_key, request.baseline, request.challengers,
+                                                          settings), job.group_key, job.name, m.to_json())
+        if not tuning.requests:
+            self.next_confirmation_round(tuning)
+
+    def confirmation_failed(self, tuning: _Tuning, why: str) -> None:
+        self.reporter.message(f"{tuning.job.name}: side-by-side re-measurement failed ({why}); "
+                              "the raw selection stands for this run")
+        tuning.requests, tuning.confirm_failed = [], True
+
+    def remeasure_task(self, job: Job, trials: dict[str, TrialRecord], request: Request) -> RemeasureTask | str:
+        """The task that re-measures ``request`` side by side in one worker (engines the store lacks are
+        fetched or rebuilt first); or why it cannot run."""
+        settings = job.strategy.confirm
+        assert settings is not None
+        routes = [request.baseline, *request.challengers]
+        ref = self.reference(job)
+        for route in routes:
+            sha = trials[route].engine_sha256
+            if not self.store.has(sha) and not fetch_blob(self.cache, self.store, sha, self.reporter.message):
+                trials[route] = self.run_trial(job, route, ref)
+                if trials[route].status != "ok":
+                    return f"rebuilding {describe(route)} failed: {trials[route].error}"
+        engines = tuple((r, job.build_spec(route_dict(r)), trials[r].engine_sha256) for r in routes)
+        return RemeasureTask(
+            backend=job.backend, spec=engines[0][1], store_root=str(self.store.root), inputs_sha=ref[0],
+            engines=engines, order=tuple(schedule(request.baseline, request.challengers, settings.rounds)),
+            iterations=settings.iterations, warmup=job.measurement.warmup,
+            settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms)
+
     def finish(self, tuning: _Tuning) -> JobOutcome:
-        """Select among the job's candidates, confirm, materialize the winner's engine and lock it."""
-        jp, trials, built, search, job = tuning.jp, tuning.trials, tuning.built, tuning.search, tuning.job
+        """Decide (after confirmation), materialize the winner's engine and lock it."""
+        jp, trials, job, cands = tuning.jp, tuning.trials, tuning.job, tuning.cands
         outcome = JobOutcome(job=job, action=jp.action)
         try:
             if tuning.error is not None:
                 raise _JobFailed(tuning.error)
-            if search is not None:
-                self.search_done(job, search, trials)
-                cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, self.lookup))]
-                cands = [r for r in dict.fromkeys(cands) if r in trials]
-            else:
-                cands = list(jp.candidates)
-            outcome.built = built
-            outcome.reused = sum(1 for r in cands if r in trials) - built
+            assert tuning.raw is not None
+            outcome.built = tuning.built
+            outcome.reused = sum(1 for r in cands if r in trials) - tuning.built
             outcome.failed = sum(1 for r in cands if r in trials and trials[r].status != "ok")
-            sel = self.confirm_selection(job, trials, select(trials, cands, job.tolerance, self.lookup))
+            sel = tuning.raw if tuning.confirm_failed else final_selection(
+                job, trials, [], self.cache, self.lock.jobs.get(job.name), raw=tuning.raw)[0]
             outcome.selection = sel
             if sel.winner is None:
                 raise _JobFailed(sel.summary)
@@ -375,7 +465,7 @@ class Applier:
         outcome.seconds = time.perf_counter() - tuning.started
         return outcome
 
-    # -- search budget and confirmation (trt_routes.jobsearch, trt_routes.confirm) -------------------
+    # -- search budget (trt_routes.jobsearch) --------------------------------------------------------
     def job_search(self, job: Job, trials: dict[str, TrialRecord]) -> JobSearch:
         """The job's strategy, warm-started and under its budget (recorded as it starts)."""
         return job_search(job, self.cache, trials, running=True)
@@ -383,50 +473,6 @@ class Applier:
     def search_done(self, job: Job, search: Search, trials: dict[str, TrialRecord]) -> None:
         if isinstance(search, JobSearch):
             finish_search(self.cache, job, search, outcomes(trials, job.tolerance, self.lookup))
-
-    def confirm_selection(self, job: Job, trials: dict[str, TrialRecord], sel: Selection) -> Selection:
-        """``sel`` after side-by-side confirmation: re-measures what the cache lacks (stored, so a later
-        apply or plan re-decides without measuring), then decides (``trt_routes.selection``)."""
-        entry = self.lock.jobs.get(job.name)
-        for _ in range(3):  # against the default, then possibly against the locked winner
-            final, requests = final_selection(job, trials, [], self.cache, entry, raw=sel)
-            if not requests:
-                return final
-            for request in requests:
-                failure = self.remeasure(job, trials, request)
-                if failure is not None:
-                    self.reporter.message(f"{job.name}: side-by-side re-measurement failed ({failure}); "
-                                          "the raw selection stands for this run")
-                    return sel
-        return final
-
-    def remeasure(self, job: Job, trials: dict[str, TrialRecord], request: Request) -> str | None:
-        """Run one side-by-side re-measurement in one worker and store it; None, or why it failed."""
-        settings = job.strategy.confirm
-        assert settings is not None
-        routes = [request.baseline, *request.challengers]
-        ref = self.reference(job)
-        for route in routes:
-            sha = trials[route].engine_sha256
-            if not self.store.has(sha) and not fetch_blob(self.cache, self.store, sha, self.reporter.message):
-                trials[route] = self.run_trial(job, route, ref)
-                if trials[route].status != "ok":
-                    return f"rebuilding {describe(route)} failed: {trials[route].error}"
-        engines = tuple((r, job.build_spec(route_dict(r)), trials[r].engine_sha256) for r in routes)
-        task = RemeasureTask(
-            backend=job.backend, spec=engines[0][1], store_root=str(self.store.root), inputs_sha=ref[0],
-            engines=engines, order=tuple(schedule(request.baseline, request.challengers, settings.rounds)),
-            iterations=settings.iterations, warmup=job.measurement.warmup,
-            settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms)
-        result = self.executor.run(task, job.measurement.timeout_s * (1 + len(routes)))
-        if result.status != "ok":
-            return f"{result.status}: {result.error}"
-        meta = {k: v for k, v in result.meta.items() if k != "slots"}
-        m = Remeasurement(request.baseline, request.challengers,
-                          tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
-        facts.add_remeasurement(self.cache, remeasure_key(job.group_key, request.baseline, request.challengers,
-                                                          settings), job.group_key, job.name, m.to_json())
-        return None
 
     def lock_entry(self, job: Job, sel: Selection, winner: TrialRecord, cands: list[str],
                    outcome: JobOutcome) -> dict[str, Any]:
@@ -511,9 +557,17 @@ class _Tuning:
     error: str | None = None  # why it cannot go on (its reference run failed)
     in_flight: dict[int, str] = field(default_factory=dict)  # ticket -> route
     built: int = 0
-    stopped: bool = False  # the budget (or another job's failure) stopped it: it proposes nothing more
+    stopped: bool = False  # the budget stopped it: it proposes nothing more
+    aborted: bool = False  # another job failed (without keep_going): it runs nothing more and is not locked
     fresh: bool = True  # a result came in since the search was last asked
     batch: list[str] = field(default_factory=list)  # what the search last proposed that is not running yet
+    # once the search is over (begin_selection):
+    cands: list[str] = field(default_factory=list)  # the candidates it decides among
+    raw: Selection | None = None  # the selection before side-by-side confirmation
+    requests: list[Request] = field(default_factory=list)  # re-measurements of this round still to run
+    confirm_rounds: int = 0
+    remeasure_ticket: int | None = None  # the one in flight
+    confirm_failed: bool = False  # a re-measurement failed: the raw selection stands
 
     @property
     def job(self) -> Job:
@@ -526,7 +580,7 @@ class _Tuning:
     @property
     def running(self) -> bool:
         """Something of this job is in a worker."""
-        return bool(self.in_flight) or self.ref_ticket is not None
+        return bool(self.in_flight) or self.ref_ticket is not None or self.remeasure_ticket is not None
 
     @property
     def cold(self) -> bool:
@@ -535,8 +589,9 @@ class _Tuning:
 
     @property
     def searching(self) -> bool:
-        """Something runs, its reference is awaited, or its search wants more than there was room for."""
-        return self.running or self.awaits_reference or bool(self.batch)
+        """Something runs, its reference is awaited, its search wants more than there was room for, or its
+        confirmation has re-measurements to run."""
+        return self.running or self.awaits_reference or bool(self.batch) or bool(self.requests)
 
 
 def apply(project: Project, options: ApplyOptions | None = None, reporter: Reporter | None = None,
