@@ -217,7 +217,8 @@ class Applier:
         recorded as they arrive, whichever job they belong to; a finished search's side-by-side
         confirmation runs as tasks too, so other jobs' trials go on meanwhile. When a job fails and ``keep_going`` is
         off, nothing new starts; jobs already running stop proposing, what they have in flight is
-        recorded, and they are left unlocked (their trials are cached for the next apply)."""
+        recorded, and those cut short are left unlocked (their trials are cached for the next apply); a
+        job that had everything it needed is locked."""
         pending = deque(jps)
         active: list[_Tuning] = []
         owner: dict[int, _Tuning] = {}  # ticket -> its job (a trial's, or the reference's)
@@ -238,7 +239,7 @@ class Applier:
                 if tuning.searching:
                     continue
                 active.remove(tuning)
-                if stop and tuning.error is None:
+                if tuning.aborted and tuning.error is None and (tuning.raw is None or tuning.confirm_cut):
                     self.reporter.message(f"{tuning.job.name}: stopped after another job failed; its "
                                           f"{tuning.built} new trial(s) are cached for the next apply")
                     continue
@@ -377,8 +378,8 @@ class Applier:
     def confirm(self, tuning: _Tuning, force: bool) -> None:
         """Start the job's next side-by-side re-measurement where a worker is free (``force``: nothing runs
         anywhere)."""
-        if tuning.aborted:
-            tuning.requests = []
+        if tuning.aborted and tuning.requests:
+            tuning.requests, tuning.confirm_cut = [], True
         if not tuning.requests or tuning.remeasure_ticket is not None:
             return
         if self.executor.free_slots(tuning.job.target_data) < 1 and not force:
@@ -568,6 +569,7 @@ class _Tuning:
     confirm_rounds: int = 0
     remeasure_ticket: int | None = None  # the one in flight
     confirm_failed: bool = False  # a re-measurement failed: the raw selection stands
+    confirm_cut: bool = False  # aborted with re-measurements still to run
 
     @property
     def job(self) -> Job:
