@@ -221,7 +221,6 @@ class Applier:
         job that had everything it needed is locked."""
         pending = deque(jps)
         active: list[_Tuning] = []
-        owner: dict[int, _Tuning] = {}  # ticket -> its job (a trial's, or the reference's)
         stop = False
         while True:
             for tuning in list(active):  # running jobs propose in plan order; finished ones finish
@@ -229,13 +228,10 @@ class Applier:
                 force = not any(t.running for t in active)
                 if tuning.raw is None:
                     self.propose(tuning, force)
-                    owner.update(dict.fromkeys(tuning.in_flight, tuning))
                     if not tuning.searching and not tuning.aborted and tuning.error is None:
                         self.begin_selection(tuning)
                 if tuning.raw is not None:
                     self.confirm(tuning, force)
-                    if tuning.remeasure_ticket is not None:
-                        owner[tuning.remeasure_ticket] = tuning
                 if tuning.searching:
                     continue
                 active.remove(tuning)
@@ -247,19 +243,15 @@ class Applier:
                 stop |= bool(outcome.error) and not keep_going
                 yield outcome
             if pending and not stop and (not active or self.overlaps(pending[0].job, active)):
-                tuning = self.start(pending.popleft(), active)
-                if tuning.ref_ticket is not None:
-                    owner[tuning.ref_ticket] = tuning
-                active.append(tuning)
+                active.append(self.start(pending.popleft(), active))
                 continue
             for tuning in active:  # no job to start here: a job's first trial need not run alone after all
                 if tuning.cold and tuning.batch:
                     self.propose(tuning, force=False, first_alone=False)
-                    owner.update(dict.fromkeys(tuning.in_flight, tuning))
             if not active:
                 return
             ticket, result = self.executor.wait()
-            tuning = owner.pop(ticket)
+            tuning = next(t for t in active if t.holds(ticket))  # what runs belongs to an active job
             if ticket == tuning.ref_ticket:
                 self.take_reference(tuning, result, active)
                 continue
@@ -388,8 +380,8 @@ class Applier:
         if isinstance(task, str):
             self.confirmation_failed(tuning, task)
             return
-        routes = 1 + len(tuning.requests[0].challengers)
-        tuning.remeasure_ticket = self.executor.submit(task, tuning.job.measurement.timeout_s * (1 + routes))
+        engines = 1 + len(tuning.requests[0].challengers)  # the baseline and its challengers
+        tuning.remeasure_ticket = self.executor.submit(task, tuning.job.measurement.timeout_s * (1 + engines))
 
     def take_remeasurement(self, tuning: _Tuning, result: TaskResult) -> None:
         """Store a side-by-side re-measurement that came back; the next round when this one is done."""
@@ -583,6 +575,10 @@ class _Tuning:
     def running(self) -> bool:
         """Something of this job is in a worker."""
         return bool(self.in_flight) or self.ref_ticket is not None or self.remeasure_ticket is not None
+
+    def holds(self, ticket: int) -> bool:
+        """``ticket`` is this job's: a trial, its reference run or its re-measurement."""
+        return ticket in self.in_flight or ticket in (self.ref_ticket, self.remeasure_ticket)
 
     @property
     def cold(self) -> bool:

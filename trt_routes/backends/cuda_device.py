@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trt_routes.backends.base import parse_cpu_list
 from trt_routes.errors import BackendUnavailable, TrtRoutesError
 
 CUDA_PYTHON_HINT = "pip install 'cuda-python>=12' (part of 'trt-routes[tensorrt]')"
@@ -112,14 +113,9 @@ def _local_cpus(nvml: ModuleType, cuda_id: str) -> frozenset[int] | None:
     except Exception:
         return None
     try:
-        text = (SYSFS_PCI / bus[-12:].lower() / "local_cpulist").read_text().strip()
-        cpus = set()
-        for part in text.split(","):
-            low, _, high = part.partition("-")
-            cpus.update(range(int(low), int(high or low) + 1))
+        return parse_cpu_list((SYSFS_PCI / bus[-12:].lower() / "local_cpulist").read_text()) or None
     except (OSError, ValueError):
         return None
-    return frozenset(cpus) or None
 
 
 def _text(value: Any) -> str:

@@ -86,6 +86,13 @@ class InFlightRun:
     def warm(self, tasks: list[Any]) -> None:
         return  # workers start on their first task, unless an executor says otherwise
 
+    def wait(self) -> tuple[int, TaskResult]:
+        """The result of a task that finished while ``run`` waited for its own, else the next to finish."""
+        if self._done:
+            ticket = next(iter(self._done))
+            return ticket, self._done.pop(ticket)
+        return self._take()
+
     def run(self, task: Any, timeout: float) -> TaskResult:
         while not self._has_room(task):
             ticket, result = self._take()

@@ -185,15 +185,6 @@ class LocalExecutor(InFlightRun):
     def _has_room(self, task: Any) -> bool:
         return True  # submit always queues
 
-    def warm(self, tasks: list[Any]) -> None:
-        return  # one worker: its first task (the reference) follows at once, nothing to overlap
-
-    def wait(self) -> tuple[int, TaskResult]:
-        if self._done:
-            ticket = next(iter(self._done))
-            return ticket, self._done.pop(ticket)
-        return self._take()
-
     def close(self) -> None:
         if self._worker is not None:
             self._worker.kill() if self._piped else self._worker.close()  # interrupted mid-task: do not wait

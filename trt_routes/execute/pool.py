@@ -193,17 +193,11 @@ class PoolExecutor(InFlightRun):
                     self._runner(slot).inbox.put((_WARM_UP, task, _WARM_UP_TIMEOUT_S))
 
     def _take(self) -> tuple[int, TaskResult]:
+        if not any(r.busy for r in self._runners.values()):
+            raise RuntimeError("wait() with nothing submitted")
         ticket, slot_name, result = self._results.get()
         self._runners[slot_name].busy = False
         return ticket, result
-
-    def wait(self) -> tuple[int, TaskResult]:
-        if self._done:
-            ticket = next(iter(self._done))
-            return ticket, self._done.pop(ticket)
-        if not any(r.busy for r in self._runners.values()):
-            raise RuntimeError("wait() with nothing submitted")
-        return self._take()
 
     def _has_room(self, task: Any) -> bool:
         """A matching slot is idle, or none serves the task (then ``submit`` says so)."""

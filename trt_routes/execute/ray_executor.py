@@ -228,12 +228,6 @@ class RayExecutor(InFlightRun):
             self._running[flight.target] -= 1
             return flight.ticket, result
 
-    def wait(self) -> tuple[int, TaskResult]:
-        if self._done:
-            ticket = next(iter(self._done))
-            return ticket, self._done.pop(ticket)
-        return self._take()
-
     def _has_room(self, task: Any) -> bool:
         return self.free_slots(task_target(task)) >= 1 or not self._refs
 
