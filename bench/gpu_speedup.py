@@ -72,7 +72,7 @@ def run_shards(folders: list[Path], deadline_s: float, threads: int) -> dict[str
     start = time.perf_counter()
     for folder in folders:
         log = (folder / "apply.log").open("w")
-        procs[folder] = (subprocess.Popen([sys.executable, "-m", "trt_routes.cli", "apply", "--keep-going"],
+        procs[folder] = (subprocess.Popen([sys.executable, "-m", "trt_routes.cli.app", "apply", "--keep-going"],
                                           cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env,
                                           start_new_session=True), time.perf_counter())
     walls: dict[str, float] = {}
@@ -264,7 +264,7 @@ def main() -> int:
         folder = Path(next(r["shard"] for r in rows if r["job"] == job))
         try:
             data = landscape(folder, job)
-            from trt_routes.landscape import dump, validate
+            from trt_routes.backends.landscape import dump, validate
 
             validate(data, path)
             Path(path).write_text(dump(data))

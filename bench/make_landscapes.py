@@ -22,7 +22,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trt_routes import landscape as ls  # noqa: E402
+from trt_routes.backends import landscape as ls  # noqa: E402
 
 SESSIONS, PER_SESSION = 12, 25
 

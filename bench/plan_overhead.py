@@ -28,14 +28,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trt_routes.apply import ApplyOptions, SilentReporter, apply, compute_plan  # noqa: E402
 from trt_routes.cache.store import TrialRecord  # noqa: E402
 from trt_routes.execute.local import LocalExecutor  # noqa: E402
 from trt_routes.jobs import Job  # noqa: E402
-from trt_routes.plan import JobPlan, Plan  # noqa: E402
+from trt_routes.plan.diff import JobPlan, Plan  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
+from trt_routes.tune.apply import ApplyOptions, SilentReporter, apply, compute_plan  # noqa: E402
 
 GROUP = ("-graph_optimization_level=[disabled|basic|extended|layout|all] -intra_op_num_threads=[1|2|3|4|5] "
          "-allow_spinning=[0|1] -inter_op_num_threads=[1|2|3|4|5]")

@@ -30,16 +30,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trt_routes import PROTOCOL_VERSION, __version__  # noqa: E402
-from trt_routes import landscape as ls  # noqa: E402
 from trt_routes.artifacts import BlobStore  # noqa: E402
+from trt_routes.audit.explain import find_job  # noqa: E402
+from trt_routes.backends import landscape as ls  # noqa: E402
 from trt_routes.execute.local import LocalExecutor  # noqa: E402
 from trt_routes.execute.protocol import settle_spec  # noqa: E402
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TrialTask  # noqa: E402
-from trt_routes.explain import find_job  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.routes import parse_expression, route_dict  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402
-from trt_routes.select import DEFAULT_ROUTE  # noqa: E402
+from trt_routes.selection.rank import DEFAULT_ROUTE  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
 

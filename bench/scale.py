@@ -31,9 +31,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trt_routes.apply import ApplyOptions, apply  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.signature import detect  # noqa: E402
+from trt_routes.tune.apply import ApplyOptions, apply  # noqa: E402
 
 TARGET_RATIO = 1.8
 ORT_GROUP = ("-graph_optimization_level=[disabled|basic|extended] -disable:ConvBNFusion=[off|on] "
@@ -191,7 +191,7 @@ def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_cache
 def prime(template: Path, scratch: Path) -> None:
     """Plan a throwaway copy once, untimed: the coordinator's one-time imports (the backend, the models'
     modules) would otherwise all land in whichever run goes first."""
-    from trt_routes.apply import compute_plan
+    from trt_routes.tune.apply import compute_plan
 
     shutil.copytree(template.parent, scratch / "prime")
     project = open_project(scratch / "prime" / "tuning.yaml")

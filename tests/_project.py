@@ -58,7 +58,7 @@ def cli(*args: str) -> tuple[int, str]:
     """Run the trt-routes CLI in process; (exit code, output)."""
     from typer.testing import CliRunner
 
-    from trt_routes.cli import app
+    from trt_routes.cli.app import app
 
     result = CliRunner().invoke(app, list(args))
     return result.exit_code, result.output

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from _project import make_project
 
-from trt_routes.apply import apply
 from trt_routes.project import Project, open_project
 from trt_routes.signature import Environment, detect
+from trt_routes.tune.apply import apply
 
 
 def other_machine() -> Environment:
@@ -53,8 +53,8 @@ def add_foreign_trials(src: Path, dest: Path, when: str | None = None, cpu: str 
     """``src``'s trials re-keyed under another machine's signature, merged into ``dest``'s cache (as if
     that machine had measured them, at ``when`` when given). Returns how many were added."""
     from trt_routes import canonical
-    from trt_routes.cache.bundle import expected_group_key, expected_trial_id
-    from trt_routes.cache.merge import merge
+    from trt_routes.share.bundle import expected_group_key, expected_trial_id
+    from trt_routes.share.merge import merge
 
     fields = {"cpu_model": cpu, "backend": "onnxruntime"}
     sig = canonical.digest(fields, 16)

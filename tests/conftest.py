@@ -42,8 +42,8 @@ def tuned(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]
     """A project (tests/_project.py) applied once per test module; tests copy it before changing it."""
     from _project import make_project
 
-    from trt_routes.apply import apply
     from trt_routes.project import open_project
+    from trt_routes.tune.apply import apply
 
     manifest = make_project(tmp_path_factory.mktemp("tuned"), tiny_models)
     result = apply(open_project(manifest))

@@ -1,5 +1,5 @@
 """The adaptive strategy (screening, noise-aware positives, combination search, warm starts) and the
-budget that counts only new builds (trt_routes.jobsearch.JobSearch)."""
+budget that counts only new builds (trt_routes.search.job.JobSearch)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trt_routes.catalog import Catalog, Knob
-from trt_routes.jobsearch import JobSearch
 from trt_routes.routes import parse_expression, route_dict
 from trt_routes.search import Outcome, make_search
 from trt_routes.search.adaptive import AdaptiveSearch, beats_beyond_noise
+from trt_routes.search.job import JobSearch
 
 CATALOG = Catalog(backend="test", version="1", knobs=(
     Knob("-a", ("0", "1"), "0"), Knob("-b", ("0", "1"), "0"), Knob("-c", ("x", "y", "z"), "x"),

@@ -9,11 +9,11 @@ import onnx
 import pytest
 from _project import copy_project, edit_manifest, make_project
 
-from trt_routes.apply import ApplyOptions, apply, compute_plan
+from trt_routes.audit.explain import explain
 from trt_routes.canonical import file_sha256
-from trt_routes.explain import explain
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
+from trt_routes.tune.apply import ApplyOptions, apply, compute_plan
 
 
 def plan_of(manifest: Path):  # type: ignore[no-untyped-def]

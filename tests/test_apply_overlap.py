@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from _project import edit_manifest, make_project, routes_and_statuses
 
-from trt_routes.apply import Applier, ApplyOptions, apply
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
+from trt_routes.tune.apply import Applier, ApplyOptions, apply
 
 TESTS = Path(__file__).resolve().parent
 #: the stand-in fault backend's -fault=slow sleeps 0.5 s before each round of timed runs: with the default

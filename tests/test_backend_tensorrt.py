@@ -653,7 +653,7 @@ models:
 """)
     env = {**os.environ, "PYTHONPATH": str(STANDIN), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     done = subprocess.run(
-        [sys.executable, "-m", "trt_routes.cli", "apply", "-m", str(tmp_path / "tuning.yaml")],
+        [sys.executable, "-m", "trt_routes.cli.app", "apply", "-m", str(tmp_path / "tuning.yaml")],
         capture_output=True,
         text=True,
         env=env,
@@ -679,7 +679,7 @@ def test_knobs_command_prints_the_catalog_like_help_build_route(tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(STANDIN), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
 
     def knobs(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "trt_routes.cli", "knobs", "--backend", "tensorrt", *args],
+        return subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "knobs", "--backend", "tensorrt", *args],
                               capture_output=True, text=True, env=environ, cwd=tmp_path, timeout=120, check=False)
 
     done = knobs(environ=env)

@@ -15,7 +15,6 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from trt_routes.apply import ApplyOptions, apply  # noqa: E402
 from trt_routes.backends import registry  # noqa: E402
 from trt_routes.backends.base import BuildSpec  # noqa: E402
 from trt_routes.backends.torch_inductor import ReferenceOverflow, TorchInductorBackend  # noqa: E402
@@ -23,6 +22,7 @@ from trt_routes.backends.torch_inductor.catalog import SPEC_BY_OPTION, route_con
 from trt_routes.backends.torch_inductor.models import load_entry  # noqa: E402
 from trt_routes.errors import ManifestError, RouteError  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
+from trt_routes.tune.apply import ApplyOptions, apply  # noqa: E402
 
 MODELS = textwrap.dedent('''\
     import torch

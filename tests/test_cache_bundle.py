@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from trt_routes import canonical
-from trt_routes.apply import apply
-from trt_routes.cache.bundle import (
+from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.cli.app import app
+from trt_routes.share.bundle import (
     BundleError,
     expected_group_key,
     expected_trial_id,
@@ -33,9 +34,8 @@ from trt_routes.cache.bundle import (
     trial_json,
     write_bundle,
 )
-from trt_routes.cache.merge import has_table, import_bundle, merge, row_rank
-from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.cli import app
+from trt_routes.share.merge import has_table, import_bundle, merge, row_rank
+from trt_routes.tune.apply import apply
 
 runner = CliRunner()
 

@@ -14,14 +14,14 @@ import pytest
 from _trt_models import conv_model
 from typer.testing import CliRunner
 
-from trt_routes.apply import compute_plan
+from trt_routes.audit.explain import explain
 from trt_routes.backends import registry
-from trt_routes.cache.tuning_import import import_tuning_cache, sniff
-from trt_routes.cli import app
+from trt_routes.cli.app import app
 from trt_routes.errors import UsageError
-from trt_routes.explain import explain
 from trt_routes.project import Project, open_project
+from trt_routes.share.tuning_import import import_tuning_cache, sniff
 from trt_routes.signature import Environment, detect
+from trt_routes.tune.apply import compute_plan
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tuning_cache"
 STANDIN = Path(__file__).parent / "standin"

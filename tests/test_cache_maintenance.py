@@ -11,11 +11,11 @@ from _project import copy_project
 from _sharing import add_foreign_trials, machine
 from typer.testing import CliRunner
 
-from trt_routes.apply import apply, compute_plan
-from trt_routes.cache.maintenance import gc, stats, verify
 from trt_routes.canonical import file_sha256
-from trt_routes.cli import app
+from trt_routes.cli.app import app
 from trt_routes.lockfile import Lockfile
+from trt_routes.share.maintenance import gc, stats, verify
+from trt_routes.tune.apply import apply, compute_plan
 
 runner = CliRunner()
 

@@ -15,14 +15,14 @@ from _project import copy_project, edit_manifest, make_project
 from _sharing import add_foreign_trials, fresh_clone, machine, other_machine, trial_table
 from typer.testing import CliRunner
 
-from trt_routes.apply import apply, compute_plan
-from trt_routes.cache.remote import PushReport, Remote, normalize_url, pull, push
+from trt_routes.audit.explain import explain
 from trt_routes.canonical import file_sha256
-from trt_routes.cli import app
+from trt_routes.cli.app import app
 from trt_routes.errors import UsageError
-from trt_routes.explain import explain
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import Project
+from trt_routes.share.remote import PushReport, Remote, normalize_url, pull, push
+from trt_routes.tune.apply import apply, compute_plan
 
 
 @pytest.fixture

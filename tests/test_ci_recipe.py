@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from trt_routes.cli import app
+from trt_routes.cli.app import app
 
 WORKFLOW = Path(__file__).resolve().parents[1] / "recipes" / "ci" / "tuning.yml"
 runner = CliRunner()

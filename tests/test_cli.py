@@ -12,7 +12,7 @@ from _project import cli, edit_manifest, make_project
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trt_routes.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "trt_routes.cli.app", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
 
 

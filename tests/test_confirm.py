@@ -1,4 +1,4 @@
-"""Confirmation decisions (trt_routes.confirm): paired ratios, margin and noise, Bonferroni, no churn."""
+"""Confirmation decisions (trt_routes.selection.confirm): paired ratios, margin and noise, Bonferroni, no churn."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from trt_routes.cache.store import TrialRecord
-from trt_routes.confirm import Remeasurement, Request, challengers, decide, remeasure_key, resolve, schedule
 from trt_routes.manifest.schema import Check, Confirm, Tolerance
-from trt_routes.select import select
+from trt_routes.selection.confirm import Remeasurement, Request, challengers, decide, remeasure_key, resolve, schedule
+from trt_routes.selection.rank import select
 
 TOL = Tolerance(checks=[Check(metric="cos", threshold=1e-4)])
 SETTINGS = Confirm(candidates=2, margin=0.02, rounds=12)

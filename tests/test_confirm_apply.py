@@ -13,13 +13,13 @@ import pytest
 import yaml
 from _project import edit_manifest, make_project
 
-from trt_routes import landscape as ls
-from trt_routes.apply import apply, compute_plan
+from trt_routes.audit.explain import explain
+from trt_routes.backends import landscape as ls
 from trt_routes.backends.replay import ENV_VAR
 from trt_routes.cache import facts
-from trt_routes.explain import explain
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
+from trt_routes.tune.apply import apply, compute_plan
 
 FAST = {"warmup": 1, "iterations": 10, "repeats": 3, "timeout_s": 60}
 CONFIRM = {"rounds": 9, "iterations": 5, "slot_ms": 0}

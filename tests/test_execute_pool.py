@@ -14,8 +14,7 @@ from _exec_probe import EnvProbe, spec_for
 from _project import edit_manifest, make_project, routes_and_statuses
 from typer.testing import CliRunner
 
-from trt_routes.apply import ApplyOptions, apply, compute_plan
-from trt_routes.cli import app
+from trt_routes.cli.app import app
 from trt_routes.errors import UsageError
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.pool import PoolExecutor, local_slots
@@ -23,6 +22,7 @@ from trt_routes.execute.tasks import WarmupTask
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.signature import Environment, detect
+from trt_routes.tune.apply import ApplyOptions, apply, compute_plan
 
 TESTS = Path(__file__).resolve().parent
 GPU = {"gpu_name": "Stand-in H200", "compute_capability": "9.0", "sm_count": "132", "gpu_memory_gib": "140",

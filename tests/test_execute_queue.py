@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from _exec_probe import EnvProbe
 
-from trt_routes.apply import apply
 from trt_routes.backends.replay import ENV_VAR
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.project import open_project
+from trt_routes.tune.apply import apply
 
 LANDSCAPES = Path(__file__).resolve().parents[1] / "bench" / "landscapes"
 

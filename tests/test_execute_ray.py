@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from _project import edit_manifest, make_project
 
-from trt_routes.apply import ApplyOptions, apply
 from trt_routes.cache.facts import remeasurements_for
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
+from trt_routes.tune.apply import ApplyOptions, apply
 
 ray = pytest.importorskip("ray")
 

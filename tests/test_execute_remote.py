@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from _project import make_project
 
-from trt_routes.apply import Applier, ApplyOptions, SilentReporter
 from trt_routes.artifacts import BlobStore
 from trt_routes.execute import remote
 from trt_routes.execute.local import LocalExecutor
@@ -19,6 +18,7 @@ from trt_routes.execute.tasks import RemeasureTask
 from trt_routes.jobs import Job
 from trt_routes.project import open_project
 from trt_routes.routes import route_dict
+from trt_routes.tune.apply import Applier, ApplyOptions, SilentReporter
 
 
 @pytest.fixture

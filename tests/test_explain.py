@@ -11,8 +11,8 @@ from _project import make_project
 from _trials import BASIC, JOB, NCHWC, THREADS1, THREADS2, put, record
 from typer.testing import CliRunner
 
-from trt_routes.cli import app
-from trt_routes.explain import explain, margin
+from trt_routes.audit.explain import explain, margin
+from trt_routes.cli.app import app
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import Project, open_project

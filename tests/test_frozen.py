@@ -13,8 +13,8 @@ import yaml
 from _project import cli, edit_manifest
 
 from trt_routes.canonical import file_sha256
-from trt_routes.frozen import FrozenOptions, SignatureDrift, apply_frozen
-from trt_routes.lockcheck import LockMismatch, in_search_space
+from trt_routes.gitops.check import LockMismatch, in_search_space
+from trt_routes.gitops.frozen import FrozenOptions, SignatureDrift, apply_frozen
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.signature import Environment, detect

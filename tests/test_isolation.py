@@ -7,9 +7,9 @@ from pathlib import Path
 
 from _project import make_project
 
-from trt_routes.apply import ApplyOptions, apply
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.project import open_project
+from trt_routes.tune.apply import ApplyOptions, apply
 
 TESTS = Path(__file__).resolve().parent
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trt_routes import landscape as ls
+from trt_routes.backends import landscape as ls
 from trt_routes.backends.base import BuildSpec
 from trt_routes.backends.replay import ENV_VAR, ReplayBackend, output_with_losses, reference_output
 from trt_routes.errors import UsageError
@@ -115,8 +115,8 @@ def test_replay_backend_is_deterministic_per_seed(tmp_path: Path, monkeypatch: p
 
 def test_replay_in_real_workers_absent_route_crashes_recorded_failures_replay(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trt_routes.apply import apply
     from trt_routes.project import open_project
+    from trt_routes.tune.apply import apply
 
     data = small()
     data["routes"] = [r for r in data["routes"] if r["route"] != "-a=1"]  # absent: a crashed build

@@ -68,7 +68,7 @@ def run_with_standin(args: list[str], cwd: Path, tmp_path: Path) -> subprocess.C
     path = os.pathsep.join(p for p in (str(STANDIN), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "XDG_CACHE_HOME": str(tmp_path / "xdg"),
            "TRT_STANDIN_NONDETERMINISTIC": "1"}  # like real TensorRT: every build gives other bytes
-    return subprocess.run([sys.executable, "-m", "trt_routes.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "trt_routes.cli.app", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=300, check=False)
 
 

@@ -12,11 +12,11 @@ from _project import make_project
 from rich.console import Console
 from typer.testing import CliRunner
 
-from trt_routes.apply import ApplyOptions, apply
-from trt_routes.cli import app
+from trt_routes.cli.app import app
 from trt_routes.project import open_project
 from trt_routes.report.console import RichReporter
 from trt_routes.report.progress import TrialClock, clock_text
+from trt_routes.tune.apply import ApplyOptions, apply
 
 LINE = re.compile(r"^  \[(\d+)/(\d+)\] (cnn/bs\d/cpu) (\S+): ok \d+\.\d{3} ms in \d+\.\d s, eta (\d:\d\d:\d\d)$")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

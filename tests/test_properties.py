@@ -10,8 +10,8 @@ from _project import make_project
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trt_routes.apply import apply, compute_plan
 from trt_routes.project import open_project
+from trt_routes.tune.apply import apply, compute_plan
 
 KNOBS = {
     "-graph_optimization_level": ["disabled", "basic", "extended", "all"],

@@ -13,11 +13,11 @@ from _project import edit_manifest, make_project
 from _trials import BASIC, JOB, NCHWC, THREADS1, THREADS2, put, record
 from typer.testing import CliRunner
 
-from trt_routes.apply import apply
 from trt_routes.cache.store import TrialRecord
-from trt_routes.cli import app
+from trt_routes.cli.app import app
 from trt_routes.project import Project, open_project
 from trt_routes.report.html import build_report, effects, write_report
+from trt_routes.tune.apply import apply
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 

@@ -32,7 +32,7 @@ def rows(db: Path) -> dict[str, tuple[str, str]]:
 
 
 def apply_cmd(manifest: Path) -> list[str]:
-    return [sys.executable, "-m", "trt_routes.cli", "apply", "-m", str(manifest), "--quiet"]
+    return [sys.executable, "-m", "trt_routes.cli.app", "apply", "-m", str(manifest), "--quiet"]
 
 
 def test_kill_9_then_resume(tmp_path: Path, tiny_models: dict[str, Path]) -> None:

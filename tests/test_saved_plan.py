@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from _project import cli, copy_project, edit_manifest, make_project
 
-from trt_routes.apply import apply
 from trt_routes.lockfile import Lockfile
+from trt_routes.plan.saved import PlanState, StalePlan, load_plan, plan_verifier
 from trt_routes.project import open_project
-from trt_routes.saved_plan import PlanState, StalePlan, load_plan, plan_verifier
 from trt_routes.signature import Environment, detect
+from trt_routes.tune.apply import apply
 
 
 def test_apply_executes_exactly_the_saved_plan(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
@@ -66,8 +66,8 @@ def test_a_plan_made_on_another_machine_is_stale_field_by_field(tuned: Path, tmp
     env = detect()
     other = Environment(cpu={**env.cpu, "cpu_model": "Some Other CPU"}, gpus=env.gpus)
     project = open_project(manifest, env=other)
-    from trt_routes.apply import compute_plan
-    from trt_routes.saved_plan import save_plan
+    from trt_routes.plan.saved import save_plan
+    from trt_routes.tune.apply import compute_plan
 
     saved = tmp_path / "plan.json"
     with project.open_cache() as cache:

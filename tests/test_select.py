@@ -6,7 +6,7 @@ import math
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.manifest.schema import Check, Tolerance
-from trt_routes.select import select
+from trt_routes.selection.rank import select
 
 TOL = Tolerance(checks=[Check(metric="cos", threshold=1e-4), Check(metric="lInf", threshold=1e-2)])
 

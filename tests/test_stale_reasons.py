@@ -11,11 +11,11 @@ import pytest
 from _project import copy_project
 from typer.testing import CliRunner
 
-from trt_routes.apply import compute_plan
-from trt_routes.cli import app
-from trt_routes.plan import Plan
+from trt_routes.cli.app import app
+from trt_routes.plan.diff import Plan
 from trt_routes.project import Project, open_project
 from trt_routes.signature import Environment, detect
+from trt_routes.tune.apply import compute_plan
 
 runner = CliRunner()
 

@@ -11,10 +11,10 @@ import pytest
 from _project import edit_manifest, make_project
 from typer.testing import CliRunner
 
-from trt_routes.apply import apply
-from trt_routes.cli import app
+from trt_routes.audit.status import status
+from trt_routes.cli.app import app
 from trt_routes.project import open_project
-from trt_routes.status import status
+from trt_routes.tune.apply import apply
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The error tree: every user-facing failure is a TrtRoutesError with a message and a hint.
 
-Exit codes are assigned in the CLI only (see ``trt_routes.cli``)."""
+Exit codes are assigned in the CLI only (see ``trt_routes.cli.app``)."""
 
 from __future__ import annotations
 

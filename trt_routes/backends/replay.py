@@ -1,6 +1,6 @@
 """The ``replay`` backend: serves builds and measurements from a recorded landscape file, no hardware.
 
-Set ``TRT_ROUTES_LANDSCAPE`` to a ``trt-routes/landscape@1`` file (``trt_routes.landscape``); its knobs are
+Set ``TRT_ROUTES_LANDSCAPE`` to a ``trt-routes/landscape@1`` file (``trt_routes.backends.landscape``); its knobs are
 the catalog. Point the model's ``path`` at the same file, so the model digest changes with it. A route's
 recorded status is replayed: ``build-error`` raises, ``crashed`` (and any route absent from the file)
 kills the worker, ``timeout`` hangs until the trial's time limit, ``accuracy-failed`` returns NaN outputs.
@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trt_routes.backends.base import Backend, BuildSpec, Feeds
+from trt_routes.backends.landscape import Landscape, LandscapeRoute, load, route_seed
 from trt_routes.catalog import Catalog
 from trt_routes.errors import TrtRoutesError
-from trt_routes.landscape import Landscape, LandscapeRoute, load, route_seed
 
 ENV_VAR = "TRT_ROUTES_LANDSCAPE"
 OUTPUT = "y"

@@ -1,6 +1,6 @@
 """Cache rows beside the trials: side-by-side re-measurements, search states and related jobs' winners.
 
-Plain JSON in and out (``trt_routes.confirm`` and ``trt_routes.jobsearch`` give it meaning). Writes are
+Plain JSON in and out (``trt_routes.selection.confirm`` and ``trt_routes.search.job`` give it meaning). Writes are
 the coordinator's, each in its own transaction; a corrupt row reads as missing."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Side-by-side re-measurement in one worker: every engine loaded once, then timed slot by slot in the
 given interleaved order (A B A C A ...), so drift and neighbours' load hit every route alike.
 
-Returns the slot medians in order (``meta["slots"]``) with the noise context; see ``trt_routes.confirm``."""
+Returns the slot medians in order (``meta["slots"]``) with the noise context; see ``trt_routes.selection.confirm``."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trt_routes.cache.maintenance import GcReport, Stats, VerifyReport
+from trt_routes.share.maintenance import GcReport, Stats, VerifyReport
 
 
 def _mb(n: int) -> str:

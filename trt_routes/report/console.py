@@ -16,15 +16,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from trt_routes.apply import ApplyResult, JobOutcome
+from trt_routes.audit.explain import Explanation
+from trt_routes.audit.status import JobStatus
 from trt_routes.cache.store import TrialRecord
 from trt_routes.catalog import Catalog
-from trt_routes.explain import Explanation
 from trt_routes.jobs import Job
-from trt_routes.plan import Plan
+from trt_routes.plan.diff import Plan
 from trt_routes.report.progress import EtaColumn, TrialClock, clock_text
 from trt_routes.routes import describe
-from trt_routes.status import JobStatus
+from trt_routes.tune.apply import ApplyResult, JobOutcome
 
 ACTION_STYLE = {"up-to-date": "green", "tune": "yellow", "reselect": "cyan", "materialize": "cyan",
                 "blocked": "red", "skipped": "dim"}

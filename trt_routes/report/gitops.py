@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trt_routes.frozen import FrozenResult
-from trt_routes.lockcheck import Mismatch
+from trt_routes.gitops.check import Mismatch
+from trt_routes.gitops.frozen import FrozenResult
 from trt_routes.report.console import ms
 from trt_routes.routes import describe
 

@@ -17,16 +17,16 @@ from typing import Any
 
 from trt_routes import __version__
 from trt_routes.artifacts import atomic_write_text
+from trt_routes.audit.explain import Explanation, explain_job
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError
-from trt_routes.explain import Explanation, explain_job
 from trt_routes.jobs import Job
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.report.html_assets import CSS, JS
 from trt_routes.report.svg import Bar, Effect, Point, esc, fmt_ms, knob_effects, scatter, speedup_bars
 from trt_routes.routes import describe, route_dict
-from trt_routes.select import DEFAULT_ROUTE, LossLookup
+from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup
 
 
 @dataclass

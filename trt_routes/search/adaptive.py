@@ -4,7 +4,7 @@ then coordinate descent), warm-started from routes that won for related jobs.
 
 Pure like every strategy: the whole search is replayed from the outcomes known so far, so it resumes
 after a crash and gives the same proposals in ``plan`` and ``apply``. Budgets are enforced outside
-(``trt_routes.jobsearch``), counting only new builds."""
+(``trt_routes.search.job``), counting only new builds."""
 
 from __future__ import annotations
 

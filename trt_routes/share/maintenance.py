@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trt_routes.cache.merge import exclusive
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError
+from trt_routes.share.merge import exclusive
 
 if TYPE_CHECKING:
     from trt_routes.project import Project
@@ -196,7 +196,7 @@ class VerifyReport:
 def verify(project: Project, *, evict: bool = True) -> VerifyReport:
     """PRAGMA integrity_check, every trial row, every blob's digest. A corrupt blob is evicted (the next
     plan re-plans or re-fetches what needed it); the cache is never fatal."""
-    from trt_routes.cache.bundle import BundleError, parse_trial, trial_json
+    from trt_routes.share.bundle import BundleError, parse_trial, trial_json
 
     store = project.store
     lock_engines, _, _ = lock_refs(project)

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trt_routes import canonical
-from trt_routes.cache.bundle import expected_group_key, expected_trial_id
-from trt_routes.cache.merge import MergeReport, exclusive, merge
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError, UsageError
 from trt_routes.interop.tuning_cache import (
@@ -26,6 +24,8 @@ from trt_routes.interop.tuning_cache import (
     read_partition_caches,
     read_tuning_cache,
 )
+from trt_routes.share.bundle import expected_group_key, expected_trial_id
+from trt_routes.share.merge import MergeReport, exclusive, merge
 
 if TYPE_CHECKING:
     from trt_routes.jobs import Job
@@ -134,7 +134,7 @@ def read_any_tuning_cache(path: Path) -> list[tuple[ImportedCache, Path]]:
 
 def import_tuning_cache(project: Project, path: Path, job_name: str | None) -> list[MergeReport]:
     """Import a trtexec / Torch-TensorRT tuning cache as trials of manifest job ``job_name``."""
-    from trt_routes.explain import find_job
+    from trt_routes.audit.explain import find_job
 
     files = read_any_tuning_cache(path)
     if not job_name:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.canonical import file_sha256
-from trt_routes.frozen import frozen_rebuild
+from trt_routes.gitops.frozen import frozen_rebuild
 from trt_routes.jobs import Job
-from trt_routes.plan import stale_reasons, tolerance_change
+from trt_routes.plan.diff import stale_reasons, tolerance_change
 from trt_routes.project import Project
 
 

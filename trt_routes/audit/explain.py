@@ -16,13 +16,13 @@ import numpy as np
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import UsageError
 from trt_routes.jobs import Job
-from trt_routes.jobsearch import job_search
 from trt_routes.lockfile import Lockfile
-from trt_routes.plan import outcomes, stale_reasons
+from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
-from trt_routes.select import DEFAULT_ROUTE, Selection
-from trt_routes.selection import confirmation_lines, final_selection
+from trt_routes.search.job import job_search
+from trt_routes.selection.final import confirmation_lines, final_selection
+from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
 
 CONFIDENCE = 0.95
 _RESAMPLES = 2000

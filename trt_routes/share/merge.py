@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock, Timeout
 
 from trt_routes.artifacts import BlobStore
-from trt_routes.cache.bundle import (
+from trt_routes.cache.store import CacheStore, TrialRecord, now
+from trt_routes.errors import UsageError
+from trt_routes.share.bundle import (
     REMEASUREMENT_FIELDS,
     SEARCH_FIELDS,
     SEARCH_STATES,
@@ -32,8 +34,6 @@ from trt_routes.cache.bundle import (
     trial_json,
     write_bundle,
 )
-from trt_routes.cache.store import CacheStore, TrialRecord, now
-from trt_routes.errors import UsageError
 
 if TYPE_CHECKING:
     from trt_routes.project import Project

@@ -43,7 +43,7 @@ class Selection:
     summary: str
     rule: str = RULE
     missing: tuple[str, ...] = field(default_factory=tuple)
-    #: the side-by-side confirmation that decided (``trt_routes.confirm``), JSON-ready; None without one
+    #: the side-by-side confirmation that decided (``trt_routes.selection.confirm``), JSON-ready; None without one
     confirmation: dict[str, Any] | None = None
 
     @property

@@ -2,7 +2,7 @@
 route (and against the locked winner: no churn) from re-measurements stored in the cache.
 
 plan, apply and explain all go through ``final_selection``, so they agree; apply measures what it
-reports as missing (``trt_routes.apply``) and asks again."""
+reports as missing (``trt_routes.tune.apply``) and asks again."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.confirm import Remeasurement, Request, remeasure_key, resolve
 from trt_routes.jobs import Job
-from trt_routes.jobsearch import selection_key
-from trt_routes.select import LossLookup, Selection, select
+from trt_routes.search.job import selection_key
+from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key, resolve
+from trt_routes.selection.rank import LossLookup, Selection, select
 
 
 def locked_route(entry: Mapping[str, Any] | None, job: Job) -> str | None:

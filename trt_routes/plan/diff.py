@@ -11,13 +11,13 @@ from typing import Any
 from trt_routes import canonical
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
-from trt_routes.jobsearch import job_search, selection_key
 from trt_routes.lockfile import Lockfile
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.routes import describe
 from trt_routes.search import Outcome
-from trt_routes.select import DEFAULT_ROUTE, LossLookup, gate
-from trt_routes.selection import describe_requests, final_selection
+from trt_routes.search.job import job_search, selection_key
+from trt_routes.selection.final import describe_requests, final_selection
+from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate
 
 ACTIONS = ("up-to-date", "tune", "reselect", "materialize", "blocked", "skipped")
 

@@ -18,7 +18,7 @@ from trt_routes.canonical import file_sha256
 from trt_routes.errors import UsageError
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
-from trt_routes.plan import Plan, stale_reasons
+from trt_routes.plan.diff import Plan, stale_reasons
 from trt_routes.project import Project
 
 PLAN_FORMAT = "trt-routes-plan"

@@ -18,13 +18,13 @@ from trt_routes.backends import registry
 from trt_routes.catalog import Catalog
 from trt_routes.errors import LockfileError, RouteError
 from trt_routes.jobs import Job
-from trt_routes.jobsearch import selection_key
 from trt_routes.lockfile import Lockfile
-from trt_routes.plan import candidates_key, tolerance_change
+from trt_routes.plan.diff import candidates_key, tolerance_change
 from trt_routes.routes import Expression, describe, route_dict
 from trt_routes.routes import canonical as canonical_route
 from trt_routes.search import cached_search
-from trt_routes.select import DEFAULT_ROUTE
+from trt_routes.search.job import selection_key
+from trt_routes.selection.rank import DEFAULT_ROUTE
 
 
 @dataclass(frozen=True)

@@ -159,15 +159,15 @@ def plan(
     """Show what apply would do for each job, and why. Builds nothing, writes nothing (but --out FILE)."""
 
     def body() -> int:
-        from trt_routes.apply import compute_plan
         from trt_routes.report.console import render_plan
+        from trt_routes.tune.apply import compute_plan
 
         project = _project(manifest)
         lock = project.read_lock()
         with project.open_cache() as cache:
             the_plan = compute_plan(project, cache, lock, only)
             if out is not None:
-                from trt_routes.saved_plan import PlanState, save_plan
+                from trt_routes.plan.saved import PlanState, save_plan
 
                 save_plan(out, project, the_plan, PlanState.of(project, cache, only))
         if as_json:
@@ -209,9 +209,9 @@ def apply(
 
     def body() -> int:
         nonlocal only
-        from trt_routes.apply import ApplyOptions
-        from trt_routes.apply import apply as do_apply
         from trt_routes.report.console import PlainReporter, RichReporter, render_dry_run, render_summary
+        from trt_routes.tune.apply import ApplyOptions
+        from trt_routes.tune.apply import apply as do_apply
 
         project = _project(manifest)
         if frozen and (workers is not None or executor not in (None, "local") or address is not None):
@@ -256,8 +256,8 @@ def status(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False
     """Lockfile against cache against engines on disk."""
 
     def body() -> int:
+        from trt_routes.audit.status import status as do_status
         from trt_routes.report.console import render_status
-        from trt_routes.status import status as do_status
 
         rows = do_status(_project(manifest))
         if as_json:
@@ -278,7 +278,7 @@ def explain(
     """Why a job's route was chosen: every trial, its verdict, and the lock history."""
 
     def body() -> None:
-        from trt_routes.explain import explain as do_explain
+        from trt_routes.audit.explain import explain as do_explain
         from trt_routes.report.console import render_explain
 
         ex = do_explain(_project(manifest), job)
@@ -309,7 +309,7 @@ def report(
 
 def _apply_frozen(project: Any, only: list[str], keep_going: bool, dry_run: bool, allow_drift: bool,
                   as_json: bool, quiet: bool, plan_file: Path | None) -> int:
-    from trt_routes.frozen import FrozenOptions, apply_frozen
+    from trt_routes.gitops.frozen import FrozenOptions, apply_frozen
     from trt_routes.report.console import PlainReporter
     from trt_routes.report.gitops import render_frozen
 
@@ -331,7 +331,7 @@ def _saved_plan(project: Any, plan_file: Path, only: list[str] | None, do_apply:
     """The saved plan's job selection, and apply bound to refuse the plan if it went stale."""
     import functools
 
-    from trt_routes.saved_plan import load_plan, plan_verifier
+    from trt_routes.plan.saved import load_plan, plan_verifier
 
     saved = load_plan(plan_file)
     if only:
@@ -355,7 +355,7 @@ def lock_show(
     """Print a job's lock entry (or, with --trtexec, the command that rebuilds its engine)."""
 
     def body() -> None:
-        from trt_routes.lockinfo import locked_job, trtexec_for
+        from trt_routes.gitops.show import locked_job, trtexec_for
         from trt_routes.report.gitops import lock_entry_text
 
         locked = locked_job(manifest, job)
@@ -374,7 +374,7 @@ def lock_check(manifest: ManifestOpt = Path("tuning.yaml"), only: OnlyOpt = None
     """Does tuning.lock match the manifest? Exit 1 naming each job added, removed or changed (no GPU needed)."""
 
     def body() -> int:
-        from trt_routes.lockcheck import lock_mismatches, unchecked
+        from trt_routes.gitops.check import lock_mismatches, unchecked
         from trt_routes.report.gitops import render_mismatches
 
         project = _project(manifest)
@@ -418,7 +418,7 @@ def cache_export(
     """Write trials with provenance (signature, host, time, version) to a portable bundle."""
 
     def body() -> None:
-        from trt_routes.cache.merge import export_bundle
+        from trt_routes.share.merge import export_bundle
 
         r = export_bundle(_project(manifest), file, engines=engines, outputs=outputs, only=only)
         if as_json:
@@ -443,8 +443,8 @@ def cache_import(
     """Merge a bundle (validated, one transaction, idempotent) or import a tuning cache as trials."""
 
     def body() -> None:
-        from trt_routes.cache.merge import import_bundle
-        from trt_routes.cache.tuning_import import import_tuning_cache, sniff
+        from trt_routes.share.merge import import_bundle
+        from trt_routes.share.tuning_import import import_tuning_cache, sniff
         project = _project(manifest)
         if sniff(file) == "bundle":
             if job:
@@ -476,7 +476,7 @@ def cache_push(
     """Push the trials the remote lacks (one immutable segment) and the locked engines."""
 
     def body() -> None:
-        from trt_routes.cache.remote import parse_options, push
+        from trt_routes.share.remote import parse_options, push
 
         r = push(_project(manifest), url, parse_options(option), all_engines=all_engines, everything=everything)
         if as_json:
@@ -499,7 +499,7 @@ def cache_pull(
     Exit 2 when a segment was rejected (the others are merged, none half-way)."""
 
     def body() -> int:
-        from trt_routes.cache.remote import parse_options, pull
+        from trt_routes.share.remote import parse_options, pull
 
         r = pull(_project(manifest), url, parse_options(option))
         if as_json:
@@ -518,8 +518,8 @@ def cache_stats(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = 
     """Trials by status, backend, source and signature; sizes; remotes."""
 
     def body() -> None:
-        from trt_routes.cache.maintenance import stats
         from trt_routes.report.cache import render_stats
+        from trt_routes.share.maintenance import stats
 
         s = stats(_project(manifest))
         if as_json:
@@ -542,8 +542,8 @@ def cache_gc(
     """Drop engine blobs nothing needs (tuning.lock's engines and each group's fastest ok trial stay)."""
 
     def body() -> None:
-        from trt_routes.cache.maintenance import gc
         from trt_routes.report.cache import render_gc
+        from trt_routes.share.maintenance import gc
 
         r = gc(_project(manifest), dry_run=dry_run, older_than_days=older_than)
         if as_json:
@@ -560,8 +560,8 @@ def cache_verify(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt =
     Exit 1 when problems were found."""
 
     def body() -> int:
-        from trt_routes.cache.maintenance import verify
         from trt_routes.report.cache import render_verify
+        from trt_routes.share.maintenance import verify
 
         r = verify(_project(manifest))
         if as_json:

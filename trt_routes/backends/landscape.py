@@ -177,7 +177,7 @@ def validate(data: Mapping[str, Any], source: str = "<memory>") -> Landscape:
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
         raise UsageError(f"{source}: not a valid {SCHEMA} file: {where}: {first['msg']}{more}",
-                         "see trt_routes/landscape.py for the format") from None
+                         "see trt_routes/backends/landscape.py for the format") from None
     landscape = Landscape(model, source)
     seen: set[str] = set()
     for i, r in enumerate(model.routes):

@@ -23,8 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trt_routes.artifacts import BlobStore
-from trt_routes.cache.bundle import BundleError, read_bundle, write_bundle
-from trt_routes.cache.merge import (
+from trt_routes.cache.store import CacheStore, now
+from trt_routes.canonical import file_sha256
+from trt_routes.errors import CacheError, UsageError
+from trt_routes.share.bundle import BundleError, read_bundle, write_bundle
+from trt_routes.share.merge import (
     collect,
     exclusive,
     install_blobs,
@@ -33,9 +36,6 @@ from trt_routes.cache.merge import (
     search_row_key,
     searches_of,
 )
-from trt_routes.cache.store import CacheStore, now
-from trt_routes.canonical import file_sha256
-from trt_routes.errors import CacheError, UsageError
 
 if TYPE_CHECKING:
     from trt_routes.project import Project

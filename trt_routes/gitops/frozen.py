@@ -19,19 +19,19 @@ from typing import Any
 from filelock import Timeout
 
 from trt_routes import __version__
-from trt_routes.apply import Applier, ApplyOptions, JobOutcome, Reporter, SilentReporter, _JobFailed, project_lock
 from trt_routes.artifacts import atomic_write_text
 from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import LockfileError, UsageError
 from trt_routes.execute.local import LocalExecutor
+from trt_routes.gitops.check import LockMismatch, lock_mismatches, signature_drift
 from trt_routes.jobs import Job
-from trt_routes.lockcheck import LockMismatch, lock_mismatches, signature_drift
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import Project
 from trt_routes.routes import describe
-from trt_routes.select import gate
+from trt_routes.selection.rank import gate
+from trt_routes.tune.apply import Applier, ApplyOptions, JobOutcome, Reporter, SilentReporter, _JobFailed, project_lock
 
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 2, 3, 4
 RECORD_NAME = "frozen.json"

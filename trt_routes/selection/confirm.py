@@ -18,7 +18,7 @@ from typing import Any
 from trt_routes import PROTOCOL_VERSION, canonical
 from trt_routes.manifest.schema import Confirm
 from trt_routes.routes import describe
-from trt_routes.select import DEFAULT_ROUTE, RULE, Selection, Verdict
+from trt_routes.selection.rank import DEFAULT_ROUTE, RULE, Selection, Verdict
 
 CONFIRM_RULE = ("; a non-default winner must then beat the default route re-measured side by side "
                 "(interleaved rounds in one worker): its time ratio to the default below 1 - margin and the "

@@ -14,23 +14,23 @@ from filelock import FileLock, Timeout
 from trt_routes import canonical
 from trt_routes.backends import registry
 from trt_routes.cache import facts
-from trt_routes.cache.remote import fetch_blob
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.confirm import Remeasurement, Request, remeasure_key, schedule
 from trt_routes.errors import UsageError
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask, WarmupTask
 from trt_routes.jobs import Job
-from trt_routes.jobsearch import JobSearch, finish_search, job_search, selection_key
 from trt_routes.lockfile import Lockfile
 from trt_routes.measure import timing_stats
-from trt_routes.plan import JobPlan, Plan, candidates_key, make_plan, outcomes
+from trt_routes.plan.diff import JobPlan, Plan, candidates_key, make_plan, outcomes
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
 from trt_routes.search import Search
-from trt_routes.select import DEFAULT_ROUTE, Selection, select
-from trt_routes.selection import final_selection
+from trt_routes.search.job import JobSearch, finish_search, job_search, selection_key
+from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key, schedule
+from trt_routes.selection.final import final_selection
+from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, select
+from trt_routes.share.remote import fetch_blob
 
 EXIT_OK, EXIT_WORK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 1, 2, 3, 4
 
@@ -359,7 +359,7 @@ class Applier:
     def next_confirmation_round(self, tuning: _Tuning) -> None:
         """The re-measurements the selection still lacks: against the default, then possibly against the
         locked winner (at most three rounds); stored as they come, so a later apply or plan re-decides
-        without measuring (``trt_routes.selection``)."""
+        without measuring (``trt_routes.selection.final``)."""
         assert tuning.raw is not None
         if tuning.confirm_rounds >= 3:
             return
@@ -458,7 +458,7 @@ class Applier:
         outcome.seconds = time.perf_counter() - tuning.started
         return outcome
 
-    # -- search budget (trt_routes.jobsearch) --------------------------------------------------------
+    # -- search budget (trt_routes.search.job) --------------------------------------------------------
     def job_search(self, job: Job, trials: dict[str, TrialRecord]) -> JobSearch:
         """The job's strategy, warm-started and under its budget (recorded as it starts)."""
         return job_search(job, self.cache, trials, running=True)
@@ -598,7 +598,7 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
     """Bring caches, engines and tuning.lock in line with the manifest.
 
     ``check_plan`` sees the plan under the project lock before anything is written and may refuse it
-    by raising (a saved plan that went stale: ``trt_routes.saved_plan``).
+    by raising (a saved plan that went stale: ``trt_routes.plan.saved``).
 
     ``executor_factory`` defaults to the executor ``options`` and the manifest's ``execution`` ask for."""
     options = options or ApplyOptions()
