@@ -31,11 +31,11 @@ sys.path.insert(0, str(REPO))
 
 from trt_routes import PROTOCOL_VERSION, __version__  # noqa: E402
 from trt_routes.artifacts import BlobStore  # noqa: E402
-from trt_routes.audit.explain import find_job  # noqa: E402
 from trt_routes.backends import landscape as ls  # noqa: E402
 from trt_routes.execute.local import LocalExecutor  # noqa: E402
 from trt_routes.execute.protocol import settle_spec  # noqa: E402
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TrialTask  # noqa: E402
+from trt_routes.jobs import find_job  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.routes import parse_expression, route_dict  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402
@@ -58,7 +58,7 @@ def worst_losses(losses: dict[str, dict[str, float]]) -> dict[str, float | None]
 def record(manifest: Path, job_name: str, group: str | None, rounds: int, iterations: int,
            seed: int, log: Any = print) -> dict[str, Any]:
     project = open_project(manifest)
-    job = find_job(project, job_name)
+    job = find_job(project.jobs, job_name)
     if job.blocked or job.catalog is None:
         raise SystemExit(f"{job.name} cannot run here: {job.blocked}")
     expr = parse_expression(group, job.catalog) if group else job.expression

@@ -4,7 +4,10 @@ Resolving a job reads files (model digests) and asks backends for catalogs; it b
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -297,3 +300,16 @@ class Resolver:
 
 def resolve_jobs(loaded: LoadedManifest, env: Environment) -> list[Job]:
     return Resolver(loaded, env).jobs()
+
+
+def find_job(jobs: Sequence[Job], name: str) -> Job:
+    """The one job named ``name`` (or matched by it as a glob), else a UsageError with the closest names."""
+    matches = [j for j in jobs if j.name == name] or [j for j in jobs if fnmatch.fnmatchcase(j.name, name)]
+    if len(matches) != 1:
+        names = [j.name for j in jobs]
+        close = difflib.get_close_matches(name, names, n=3)
+        raise UsageError(
+            f"no job named '{name}'" if not matches else f"'{name}' matches {len(matches)} jobs",
+            f"did you mean {' or '.join(close)}?" if close else f"jobs: {', '.join(names)}",
+        )
+    return matches[0]

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
 
+#: The default route: every knob at its catalog default (canonical form: the empty string).
+DEFAULT_ROUTE = ""
+
 _TOKEN_START = re.compile(r"-[^\s=\[\]|]+=")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _RANGE = re.compile(r"([+-]?[0-9]+)\.\.([+-]?[0-9]+)")

@@ -5,7 +5,6 @@ renderers only lay it out."""
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.errors import UsageError
-from trt_routes.jobs import Job
+from trt_routes.jobs import Job, find_job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
@@ -119,23 +117,8 @@ class Explanation:
         }
 
 
-def find_job(project: Project, name: str) -> Job:
-    matches = [j for j in project.jobs if j.name == name] or \
-              [j for j in project.jobs if fnmatch.fnmatchcase(j.name, name)]
-    if len(matches) != 1:
-        import difflib
-
-        names = [j.name for j in project.jobs]
-        close = difflib.get_close_matches(name, names, n=3)
-        raise UsageError(
-            f"no job named '{name}'" if not matches else f"'{name}' matches {len(matches)} jobs",
-            f"did you mean {' or '.join(close)}?" if close else f"jobs: {', '.join(names)}",
-        )
-    return matches[0]
-
-
 def explain(project: Project, name: str) -> Explanation:
-    job = find_job(project, name)
+    job = find_job(project.jobs, name)
     with project.open_cache() as cache:
         return explain_job(project, job, cache, project.read_lock())
 

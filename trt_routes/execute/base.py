@@ -8,11 +8,23 @@ whose device has exactly those fields (local slots) or that offers the target's 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from trt_routes.execute.tasks import TaskResult
 
 Target = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """Where and how trials run: the manifest's ``execution`` with apply's overrides (see ``config``)."""
+
+    executor: str = "local"
+    workers: int | None = None
+    address: str | None = None
+    cpus_per_trial: int = 1
+    max_retries: int = 2
 
 
 def task_target(task: Any) -> dict[str, Any]:

@@ -7,11 +7,10 @@ tasks) get the shared-CPU signature, and a Ray cluster's jobs get the hardware i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trt_routes.errors import UsageError
-from trt_routes.execute.base import Executor
+from trt_routes.execute.base import ExecutionConfig, Executor
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.pool import PoolExecutor, local_slots
 
@@ -19,15 +18,6 @@ if TYPE_CHECKING:
     from trt_routes.project import Project
 
 EXECUTORS = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class ExecutionConfig:
-    executor: str = "local"
-    workers: int | None = None
-    address: str | None = None
-    cpus_per_trial: int = 1
-    max_retries: int = 2
 
 
 def execution_config(project: Project, workers: int | None = None, executor: str | None = None,

@@ -16,8 +16,8 @@ from trt_routes import canonical
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore
 from trt_routes.jobs import Job
+from trt_routes.routes import DEFAULT_ROUTE
 from trt_routes.search import Outcome, Search, cached_search
-from trt_routes.selection.rank import DEFAULT_ROUTE
 
 #: At most this many warm-start routes (each one costs a build).
 MAX_WARM = 3

@@ -10,9 +10,7 @@ from typing import Any
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.manifest.schema import Check, Tolerance
-from trt_routes.routes import describe
-
-DEFAULT_ROUTE = ""
+from trt_routes.routes import DEFAULT_ROUTE, describe
 
 #: Computes a loss the trial did not store (e.g. l0 at new atol/rtol) or returns None.
 LossLookup = Callable[[TrialRecord, str, Check], float | None]

@@ -134,14 +134,14 @@ def read_any_tuning_cache(path: Path) -> list[tuple[ImportedCache, Path]]:
 
 def import_tuning_cache(project: Project, path: Path, job_name: str | None) -> list[MergeReport]:
     """Import a trtexec / Torch-TensorRT tuning cache as trials of manifest job ``job_name``."""
-    from trt_routes.audit.explain import find_job
+    from trt_routes.jobs import find_job
 
     files = read_any_tuning_cache(path)
     if not job_name:
         names = ", ".join(j.name for j in project.jobs[:6]) + (", ..." if len(project.jobs) > 6 else "")
         raise UsageError(f"{path} is a tuning cache: its rows need a manifest job to attach to",
                          f"pass --job NAME (jobs: {names or 'none'})")
-    job = find_job(project, job_name)
+    job = find_job(project.jobs, job_name)
     if job.backend != "tensorrt":
         raise UsageError(f"job {job.name} uses backend '{job.backend}'; a tuning cache holds TensorRT trials",
                          "attach it to a job whose backend is tensorrt")

@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 from _exec_probe import EnvProbe
+from _paths import REPO
 
 from trt_routes.backends.replay import ENV_VAR
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.project import open_project
 from trt_routes.tune.apply import apply
 
-LANDSCAPES = Path(__file__).resolve().parents[1] / "bench" / "landscapes"
+LANDSCAPES = REPO / "bench" / "landscapes"
 
 
 def test_a_queued_task_starts_as_soon_as_the_running_one_ends() -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from _paths import TESTS
 from _project import make_project
 
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.project import open_project
 from trt_routes.tune.apply import ApplyOptions, apply
 
-TESTS = Path(__file__).resolve().parent
+TESTS = TESTS
 
 
 

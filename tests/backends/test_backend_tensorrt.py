@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _paths import STANDIN
 from _tensorrt_knobs import PUBLIC_KNOBS
 from _trt_models import PROFILE, conv_model, custom_op_model
 
@@ -34,7 +35,7 @@ from trt_routes.backends.tensorrt import (
 from trt_routes.errors import BackendUnavailable, ManifestError, RouteError, TrtRoutesError
 from trt_routes.lockfile import Lockfile
 
-STANDIN = Path(__file__).parent / "standin"
+STANDIN = STANDIN
 PREFIX = "TensorRT Global Performance Tuner unavailable"
 
 

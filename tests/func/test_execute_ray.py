@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _paths import TESTS
 from _project import edit_manifest, make_project
 
 from trt_routes.cache.facts import remeasurements_for
@@ -20,7 +21,7 @@ from trt_routes.tune.apply import ApplyOptions, apply
 
 ray = pytest.importorskip("ray")
 
-TESTS = Path(__file__).resolve().parent
+TESTS = TESTS
 LANDSCAPE = "-sleep_ms=[0|4] -fault=[none|raise|segv]"  # winner -sleep_ms=0 by 4 ms (4: the default); two fail
 pytestmark = pytest.mark.slow
 

@@ -10,13 +10,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _paths import TESTS
 from _project import edit_manifest, make_project, routes_and_statuses
 
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.tune.apply import Applier, ApplyOptions, apply
 
-TESTS = Path(__file__).resolve().parent
+TESTS = TESTS
 #: the stand-in fault backend's -fault=slow sleeps 0.5 s before each round of timed runs: with the default
 #: route, each job has a quick trial and a long one
 GROUP = "-fault=[none|slow]"

@@ -15,6 +15,8 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
+from _paths import REPO  # noqa: E402
+
 from trt_routes.backends import registry  # noqa: E402
 from trt_routes.backends.base import BuildSpec  # noqa: E402
 from trt_routes.backends.torch_inductor import ReferenceOverflow, TorchInductorBackend  # noqa: E402
@@ -355,7 +357,7 @@ def test_every_spec_has_a_reason_for_what_it_excludes() -> None:
 @pytest.mark.slow
 def test_gpu_recipe_validates_without_a_gpu() -> None:
     """recipes/torch-gpu: every knob fits its job's mode and device, every factory loads and is deterministic."""
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "torch-gpu" / "tuning.yaml"
+    recipe = REPO / "recipes" / "torch-gpu" / "tuning.yaml"
     jobs = open_project(recipe).jobs
     assert len(jobs) == 8
     for job in jobs:

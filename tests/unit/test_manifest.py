@@ -11,7 +11,7 @@ import pytest
 
 from trt_routes.errors import ManifestError
 from trt_routes.manifest import LoadedManifest, Manifest, load_manifest, manifest_json_schema
-from trt_routes.manifest.load import ManifestProblems
+from trt_routes.manifest.problems import ManifestProblems
 from trt_routes.manifest.schema import DimRange, ReferenceFiles, l0_key
 
 FULL = """\

@@ -8,16 +8,16 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from _paths import REPO
 from typer.testing import CliRunner
 
 from trt_routes.cli.app import app
 
-WORKFLOW = Path(__file__).resolve().parents[1] / "recipes" / "ci" / "tuning.yml"
+WORKFLOW = REPO / "recipes" / "ci" / "tuning.yml"
 runner = CliRunner()
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _paths import FIXTURES, STANDIN
 from _trt_models import conv_model
 from typer.testing import CliRunner
 
@@ -23,8 +24,8 @@ from trt_routes.share.tuning_import import import_tuning_cache, sniff
 from trt_routes.signature import Environment, detect
 from trt_routes.tune.apply import compute_plan
 
-FIXTURES = Path(__file__).parent / "fixtures" / "tuning_cache"
-STANDIN = Path(__file__).parent / "standin"
+FIXTURES = FIXTURES / "tuning_cache"
+STANDIN = STANDIN
 JOB = "m/dyn/h200"
 GPU = {"gpu_name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": "132", "gpu_memory_gib": "141",
        "driver_version": "580.95", "cuda_driver": "13.0"}

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from _paths import FIXTURES
 from onnx import TensorProto, helper, numpy_helper
 
 from trt_routes.backends.tensorrt import parse_catalog
@@ -27,7 +28,7 @@ from trt_routes.interop import (
     trtexec_command,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "tuning_cache"
+FIXTURES = FIXTURES / "tuning_cache"
 TRTEXEC = FIXTURES / "best_config.json"
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _paths import STANDIN
 from _project import cli
 from _trt_models import conv_model
 
 from trt_routes.lockfile import Lockfile
 
-STANDIN = Path(__file__).parent / "standin"
+STANDIN = STANDIN
 
 
 def test_lock_show_prints_the_entry_as_locked(tuned: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _exec_probe import EnvProbe, spec_for
+from _paths import TESTS
 from _project import edit_manifest, make_project, routes_and_statuses
 from typer.testing import CliRunner
 
@@ -24,7 +25,7 @@ from trt_routes.project import open_project
 from trt_routes.signature import Environment, detect
 from trt_routes.tune.apply import ApplyOptions, apply, compute_plan
 
-TESTS = Path(__file__).resolve().parent
+TESTS = TESTS
 GPU = {"gpu_name": "Stand-in H200", "compute_capability": "9.0", "sm_count": "132", "gpu_memory_gib": "140",
        "driver_version": "580.1", "cuda_driver": "13.0"}
 OTHER_GPU = {**GPU, "gpu_name": "Stand-in L4", "compute_capability": "8.9"}

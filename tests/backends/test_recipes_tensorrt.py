@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
+from _paths import REPO
 from _tensorrt_knobs import PUBLIC_KNOBS
 
 from trt_routes.backends.tensorrt import TensorRTBackend, check_settings
 from trt_routes.manifest.schema import Manifest
 from trt_routes.routes import parse_expression
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "tensorrt"
+RECIPES = REPO / "recipes" / "tensorrt"
 PUBLISHED_VALUES = {"-conv_use_long_w": {"on", "off"}, "-kgen:codegen:cuda_tile": {"0", "1", "2", "3"}}
 
 
