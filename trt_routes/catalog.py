@@ -84,6 +84,6 @@ class Catalog:
     def digest(self) -> str:
         """Hash of everything that gives routes their meaning (help text excluded)."""
         data = self.to_json()
-        for k in data["knobs"]:  # type: ignore[union-attr]
-            k.pop("help")  # type: ignore[union-attr]
+        data["knobs"] = [{"option": k.option, "values": list(k.values) if k.values is not None else None,
+                          "default": k.default, "phase": k.phase} for k in self.knobs]
         return canonical.digest(data, 16)

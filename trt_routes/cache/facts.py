@@ -17,7 +17,7 @@ from trt_routes.cache.store import CacheStore, now
 def add_remeasurement(cache: CacheStore, key: str, group_key: str, job: str, data: Mapping[str, Any]) -> None:
     """Store one re-measurement (``Remeasurement.to_json()``); an existing key is kept (facts are immutable)."""
     with cache.db.conn:
-        cache.db["remeasurements"].insert(
+        cache.db.table("remeasurements").insert(
             {"key": key, "group_key": group_key, "job": job, "baseline": data["baseline"],
              "challengers": json.dumps(list(data["challengers"])), "data": json.dumps(data, allow_nan=False),
              "created_at": now(), "host": socket.gethostname(), "tool_version": __version__},
@@ -66,7 +66,7 @@ def search_state(cache: CacheStore, group_key: str, strategy_key: str) -> dict[s
 def put_search_state(cache: CacheStore, group_key: str, strategy_key: str, job: str, warm: list[str],
                      state: str, builds: int, seconds: float) -> None:
     with cache.db.conn:
-        cache.db["searches"].upsert(
+        cache.db.table("searches").upsert(
             {"group_key": group_key, "strategy_key": strategy_key, "job": job, "warm": json.dumps(warm),
              "state": state, "builds": builds, "seconds": seconds, "updated_at": now()},
             pk=("group_key", "strategy_key"),

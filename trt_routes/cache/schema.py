@@ -10,7 +10,7 @@ from trt_routes.errors import CacheError
 
 
 def _v1(db: sqlite_utils.Database) -> None:
-    db["trials"].create(
+    db.table("trials").create(
         {
             "id": str, "group_key": str, "job": str, "route": str, "signature": str,
             "model_digest": str, "shape_key": str, "settings_key": str, "protocol_key": str,
@@ -23,24 +23,24 @@ def _v1(db: sqlite_utils.Database) -> None:
         pk="id",
         not_null={"group_key", "job", "route", "signature", "status"},
     )
-    db["trials"].create_index(["group_key"])
-    db["trials"].create_index(["job", "created_at"])
-    db["signatures"].create({"hash": str, "fields": str, "first_seen": str}, pk="hash")
-    db["references"].create(
+    db.table("trials").create_index(["group_key"])
+    db.table("trials").create_index(["job", "created_at"])
+    db.table("signatures").create({"hash": str, "fields": str, "first_seen": str}, pk="hash")
+    db.table("references").create(
         {"key": str, "inputs_sha256": str, "outputs_sha256": str, "created_at": str}, pk="key"
     )
-    db["decisions"].create(
+    db.table("decisions").create(
         {"id": int, "job": str, "at": str, "route": str, "previous_route": str, "reason": str,
          "engine_sha256": str},
         pk="id",
     )
-    db["decisions"].create_index(["job", "id"])
+    db.table("decisions").create_index(["job", "id"])
 
 
 def _v2(db: sqlite_utils.Database) -> None:
     """Cache sharing: remotes used by push/pull (for lazy engine fetches) and what each one holds."""
-    db["remotes"].create({"url": str, "options": str, "added_at": str, "last_pull": str}, pk="url")
-    db["remote_state"].create({"remote": str, "kind": str, "key": str, "at": str},
+    db.table("remotes").create({"url": str, "options": str, "added_at": str, "last_pull": str}, pk="url")
+    db.table("remote_state").create({"remote": str, "kind": str, "key": str, "at": str},
                               pk=("remote", "kind", "key"))
 
 
@@ -48,13 +48,13 @@ def _v3(db: sqlite_utils.Database) -> None:
     """Measurement and search: side-by-side re-measurements that confirm winners (keyed by job group,
     routes and re-measurement protocol), and per job group and strategy the state of its search (the
     warm-start routes it was given, builds and minutes spent, whether it stopped at its budget)."""
-    db["remeasurements"].create(
+    db.table("remeasurements").create(
         {"key": str, "group_key": str, "job": str, "baseline": str, "challengers": str, "data": str,
          "created_at": str, "host": str, "tool_version": str},
         pk="key", not_null={"group_key", "baseline", "challengers", "data"},
     )
-    db["remeasurements"].create_index(["group_key"])
-    db["searches"].create(
+    db.table("remeasurements").create_index(["group_key"])
+    db.table("searches").create(
         {"group_key": str, "strategy_key": str, "job": str, "warm": str, "state": str, "builds": int,
          "seconds": float, "updated_at": str},
         pk=("group_key", "strategy_key"), not_null={"state"},

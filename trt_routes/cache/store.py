@@ -134,17 +134,17 @@ class CacheStore:
         rows = [t.to_row() for t in trials]
         with self.db.conn:
             for sig, fields in signatures.items():
-                self.db["signatures"].insert(
+                self.db.table("signatures").insert(
                     {"hash": sig, "fields": json.dumps(fields, sort_keys=True), "first_seen": now()},
                     pk="hash", ignore=True,
                 )
             before = self.db["trials"].count
-            self.db["trials"].insert_all(rows, pk="id", ignore=True, batch_size=500)
+            self.db.table("trials").insert_all(rows, pk="id", ignore=True, batch_size=500)
             return self.db["trials"].count - before
 
     def add_reference(self, key: str, inputs_sha: str, outputs_sha: str) -> None:
         with self.db.conn:
-            self.db["references"].insert(
+            self.db.table("references").insert(
                 {"key": key, "inputs_sha256": inputs_sha, "outputs_sha256": outputs_sha,
                  "created_at": now()}, pk="key", replace=True,
             )
@@ -152,7 +152,7 @@ class CacheStore:
     def add_decision(self, job: str, route: str | None, previous: str | None, reason: str,
                      engine_sha: str) -> None:
         with self.db.conn:
-            self.db["decisions"].insert(
+            self.db.table("decisions").insert(
                 {"job": job, "at": now(), "route": route, "previous_route": previous, "reason": reason,
                  "engine_sha256": engine_sha}
             )

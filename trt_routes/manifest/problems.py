@@ -44,7 +44,7 @@ class _Problem:
 
 def validation_error(path: Path, text: str, data: Any, parts: Parts, exc: ValidationError) -> ManifestError:
     positions, key_positions, widths = parts
-    problems = _drop_misspelled(_prune_unions([_to_problem(positions, err) for err in exc.errors()]))
+    problems = _drop_misspelled(_prune_unions([_to_problem(positions, dict(err)) for err in exc.errors()]))
     errors: list[tuple[Position, ManifestError]] = []
     for group in problems:
         where, at_key, message, hint = _describe(group, data)
@@ -133,11 +133,11 @@ def _describe(group: list[_Problem], data: Any) -> tuple[KeyPath, bool, str, str
         return loc, True, f"unknown key '{key}'{parent}", hint
     if kind == "missing":
         field_name = loc[-1]
-        parent = loc[:-1]
-        where = f" in {dotted(parent)}" if parent else " at the top level"
-        return parent, True, f"missing required key '{field_name}'{where}", f"add '{field_name}: ...'"
+        parent_loc = loc[:-1]
+        where = f" in {dotted(parent_loc)}" if parent_loc else " at the top level"
+        return parent_loc, True, f"missing required key '{field_name}'{where}", f"add '{field_name}: ...'"
     if loc and loc[-1] == "[key]":
-        name = loc[-2]
+        name = str(loc[-2])
         return loc, True, f"{dotted(loc[:-2])}: invalid name '{name}': {_plain(err)}", _hint_for(err)
     if kind == "value_error" and not loc:
         return _cross_reference(err, data)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -325,7 +326,7 @@ def _field(kind: str) -> str:
     return kind.replace(" ", "_")
 
 
-def _missing(kind: str, name: str, table: dict[str, object], where: str) -> str:
+def _missing(kind: str, name: str, table: Mapping[str, object], where: str) -> str:
     import difflib
 
     close = difflib.get_close_matches(name, list(table), n=1)

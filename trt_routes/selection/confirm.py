@@ -141,11 +141,12 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0) -> Decision:
             passed, reason = False, (f"not confirmed: {shown}; the gain of {gain:.1%} is within the noise "
                                      f"(+{noise:.1%})")
         results.append(ChallengerResult(route, median, low, high, len(ratios), passed, reason))
-    passed = [r for r in results if r.passed]
+    confirmed = [r for r in results if r.passed]
     # among the confirmed, the fastest by its own slot times: all were timed in the same rounds, and
     # unlike the ratios these do not carry the baseline's noise (a launch-bound default's, say)
-    own = {r.route: statistics.median([t for route, t in m.slots if route == r.route]) for r in passed}
-    winner = min(passed, key=lambda r: (own[r.route], len(r.route.split()), r.route)).route if passed else m.baseline
+    own = {r.route: statistics.median([t for route, t in m.slots if route == r.route]) for r in confirmed}
+    winner = (min(confirmed, key=lambda r: (own[r.route], len(r.route.split()), r.route)).route
+              if confirmed else m.baseline)
     return Decision(m.baseline, winner, tuple(results))
 
 
@@ -250,8 +251,8 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
             reason = f"{v.reason}; {(r2 or r1).reason}"  # type: ignore[union-attr]
         verdicts.append(dataclasses.replace(v, reason=reason))
     if pick == DEFAULT_ROUTE:
-        best = min((r for r in first.results if r.ratio is not None), key=lambda r: r.ratio,
-                   default=None) if first else None
+        ratios = [(r.ratio, r) for r in first.results if r.ratio is not None] if first else []
+        best = min(ratios, key=lambda pair: pair[0])[1] if ratios else None
         summary = "default route kept: " + (
             f"the best challenger, {describe(best.route)}, {best.reason.removeprefix('not confirmed: ')}"
             if best is not None else "no other eligible route")
@@ -260,8 +261,8 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
         summary = (f"{describe(pick)} kept (the locked winner): the challenger {describe(r.route)} is "
                    f"{r.reason.removeprefix('not confirmed: ')}")
     else:
-        r = (second.result(pick) if second else None) or (first.result(pick) if first else None)
-        summary = f"{describe(pick)} chosen: {r.reason if r else 'confirmed'}"
+        chosen = (second.result(pick) if second else None) or (first.result(pick) if first else None)
+        summary = f"{describe(pick)} chosen: {chosen.reason if chosen else 'confirmed'}"
     data = {"margin": settings.margin, "confidence": settings.confidence, "rounds": settings.rounds,
             "iterations": settings.iterations, "slot_ms": settings.slot_ms,
             "vs_default": first.to_json() if first else None,

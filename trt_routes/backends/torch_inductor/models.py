@@ -56,8 +56,8 @@ def _under(path: str | None, root: Path) -> bool:
 
 
 def _user_modules(root: Path) -> dict[str, Path]:
-    return {name: Path(m.__file__).resolve() for name, m in list(sys.modules.items())
-            if _under(getattr(m, "__file__", None), root)}
+    return {name: Path(file).resolve() for name, m in list(sys.modules.items())
+            if (file := getattr(m, "__file__", None)) is not None and _under(file, root)}
 
 
 def load_entry(entry: str, root: Path, shapes: Mapping[str, list[int]]) -> LoadedModel:
@@ -104,11 +104,10 @@ def load_entry(entry: str, root: Path, shapes: Mapping[str, list[int]]) -> Loade
                                     all(isinstance(v, torch.Tensor) for v in example.values())):
         raise SettingError(None, f"{entry}: example inputs must be a dict of input name -> tensor",
                            "return (module, {input name: example tensor})")
-    files = set(_user_modules(root).values())
-    if getattr(module, "__file__", None):
-        files.add(Path(module.__file__).resolve())  # the entry's own file, even when installed elsewhere
-    files = sorted(files)
-    return LoadedModel(model, dict(example) if example is not None else None, files, entry)
+    found = set(_user_modules(root).values())
+    if (own := getattr(module, "__file__", None)) is not None:
+        found.add(Path(own).resolve())  # the entry's own file, even when installed elsewhere
+    return LoadedModel(model, dict(example) if example is not None else None, sorted(found), entry)
 
 
 def load_exported(path: Path) -> LoadedModel:
