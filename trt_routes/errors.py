@@ -1,12 +1,29 @@
 """The error tree: every user-facing failure is a TrtRoutesError with a message and a hint.
 
-Exit codes are assigned in the CLI only (see ``trt_routes.cli.app``)."""
+``Exit`` is the one table of exit codes, and each error class names its code (``exit_code``); only
+``trt_routes.cli`` turns an error into a process exit (``trt_routes.cli.app``)."""
 
 from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar
+
+
+class Exit(IntEnum):
+    """Every exit code trt-routes returns."""
+
+    OK = 0
+    WORK = 1  # plan --check, lock check, status, cache verify: something to do or to fix
+    USAGE = 2  # arguments, manifest, lockfile, saved plan or bundle segment that cannot work
+    UNAVAILABLE = 3  # a backend's library or hardware is missing on this machine
+    FAILED = 4  # trials or rebuilds failed
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT): every finished trial is kept
 
 
 class TrtRoutesError(Exception):
     """Base of every error trt-routes reports to a user."""
+
+    exit_code: ClassVar[Exit] = Exit.USAGE
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -72,6 +89,10 @@ class CacheError(TrtRoutesError):
 class BackendUnavailable(TrtRoutesError):
     """A backend's library or hardware is missing on this machine."""
 
+    exit_code = Exit.UNAVAILABLE
+
 
 class TrialsFailed(TrtRoutesError):
     """Some jobs ended with no eligible route."""
+
+    exit_code = Exit.FAILED

@@ -23,7 +23,7 @@ from trt_routes.artifacts import atomic_write_text
 from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.canonical import file_sha256
-from trt_routes.errors import LockfileError, UsageError
+from trt_routes.errors import Exit, LockfileError, UsageError
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.gitops.check import LockMismatch, lock_mismatches, signature_drift
 from trt_routes.jobs import Job
@@ -33,7 +33,10 @@ from trt_routes.routes import describe
 from trt_routes.selection.rank import gate
 from trt_routes.tune.apply import Applier, ApplyOptions, JobOutcome, Reporter, SilentReporter, _JobFailed, project_lock
 
-EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 2, 3, 4
+EXIT_OK = Exit.OK  # the table is trt_routes.errors.Exit
+EXIT_USAGE = Exit.USAGE
+EXIT_UNAVAILABLE = Exit.UNAVAILABLE
+EXIT_FAILED = Exit.FAILED
 RECORD_NAME = "frozen.json"
 
 

@@ -15,7 +15,7 @@ from trt_routes import canonical
 from trt_routes.backends import registry
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.errors import UsageError
+from trt_routes.errors import Exit, UsageError
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask, WarmupTask
@@ -32,7 +32,12 @@ from trt_routes.selection.final import final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, select
 from trt_routes.share.remote import fetch_blob
 
-EXIT_OK, EXIT_WORK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FAILED = 0, 1, 2, 3, 4
+# the exit-code table is trt_routes.errors.Exit; these aliases keep existing references working
+EXIT_OK = Exit.OK
+EXIT_WORK = Exit.WORK
+EXIT_USAGE = Exit.USAGE
+EXIT_UNAVAILABLE = Exit.UNAVAILABLE
+EXIT_FAILED = Exit.FAILED
 
 
 class Reporter(Protocol):
@@ -61,6 +66,27 @@ class ApplyOptions:
     workers: int | None = None  # None: the manifest's execution.workers (default: every matching GPU, 1 CPU)
     executor: str | None = None  # local | ray (None: the manifest's)
     address: str | None = None  # ray cluster address
+
+    # -- which flags of `trt-routes apply` combine: the rule lives here, the CLI only parses --
+    @classmethod
+    def from_flags(cls, *, only: list[str] | None = None, keep_going: bool = False, dry_run: bool = False,
+                   workers: int | None = None, executor: str | None = None, address: str | None = None,
+                   frozen: bool = False, plan: bool = False) -> ApplyOptions:
+        """The options of one apply call; UsageError for flags that exclude each other. ``frozen``
+        (--frozen: rebuild the locked routes, ``trt_routes.gitops.frozen``) and ``plan`` (--plan FILE given:
+        execute a saved plan, ``trt_routes.plan.saved``) are checked here and acted on by those modules."""
+        if frozen and (workers is not None or executor not in (None, "local") or address is not None):
+            raise UsageError("--frozen rebuilds one locked route per job, one job at a time, in one local "
+                             "worker: --workers, --executor and --address do not apply to it",
+                             "drop them, or tune with a plain `trt-routes apply`")
+        if frozen and plan:
+            raise UsageError("--frozen and --plan exclude each other",
+                             "--frozen rebuilds what tuning.lock records; --plan executes a saved plan")
+        if plan and only:
+            raise UsageError("--only cannot be combined with --plan",
+                             "the saved plan keeps the --only it was made with")
+        return cls(only=list(only or []), keep_going=keep_going, dry_run=dry_run, workers=workers,
+                   executor=executor, address=address)
 
 
 @dataclass

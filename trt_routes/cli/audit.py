@@ -1,0 +1,57 @@
+"""Commands that read what was tuned and why: status, explain, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trt_routes.cli.common import JsonOpt, ManifestOpt, console, open_project, write_json
+from trt_routes.errors import Exit
+
+app = typer.Typer()
+
+
+@app.command()
+def status(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False) -> None:
+    """Lockfile against cache against engines on disk."""
+    from trt_routes.audit.status import status as do_status
+    from trt_routes.report.console import render_status
+
+    rows = do_status(open_project(manifest))
+    if as_json:
+        write_json([r.to_json() for r in rows])
+    else:
+        render_status(rows, console())
+    raise typer.Exit(Exit.OK if all(r.state in ("ok", "blocked") for r in rows) else Exit.WORK)
+
+
+@app.command()
+def explain(
+    job: Annotated[str, typer.Argument(help="Job name, e.g. resnet-like/bs8/cpu.")],
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Why a job's route was chosen: every trial, its verdict, and the lock history."""
+    from trt_routes.audit.explain import explain as do_explain
+    from trt_routes.report.console import render_explain
+
+    ex = do_explain(open_project(manifest), job)
+    if as_json:
+        write_json(ex.to_json())
+    else:
+        render_explain(ex, console())
+
+
+@app.command()
+def report(
+    html: Annotated[Path, typer.Option("--html", help="Write a self-contained HTML report to FILE.")],
+    manifest: ManifestOpt = Path("tuning.yaml"),
+) -> None:
+    """Write an HTML report: speedup per job, latency against accuracy loss, effect of each knob value."""
+    from trt_routes.report.html import write_report
+
+    rep = write_report(open_project(manifest), html)
+    with_trials = sum(1 for j in rep.jobs if j.points or j.unplotted)
+    console().print(f"wrote {html} ({len(rep.jobs)} job(s), {with_trials} with trials)", markup=False)
