@@ -124,3 +124,32 @@ def test_knobs_and_schema(project: Path) -> None:
 def test_version() -> None:
     code, out = cli("--version")
     assert code == 0 and out.startswith("trt-routes ")
+
+
+def test_apply_flag_rules_live_in_apply_options() -> None:
+    """The CLI only parses; which apply flags combine is decided by ApplyOptions.from_flags."""
+    from trt_routes.errors import Exit, UsageError
+    from trt_routes.tune.apply import ApplyOptions
+
+    options = ApplyOptions.from_flags(only=None, keep_going=True, workers=2, executor="ray", address="auto")
+    assert options == ApplyOptions(only=[], keep_going=True, workers=2, executor="ray", address="auto")
+    assert ApplyOptions.from_flags(frozen=True, executor="local", dry_run=True).dry_run  # local is --frozen's own
+    for flags, says in (({"workers": 1}, "do not apply to it"), ({"executor": "ray"}, "do not apply to it"),
+                        ({"address": "auto"}, "do not apply to it"), ({"plan": True}, "exclude each other")):
+        with pytest.raises(UsageError, match=says) as info:
+            ApplyOptions.from_flags(frozen=True, **flags)  # type: ignore[arg-type]
+        assert info.value.exit_code == Exit.USAGE and info.value.hint
+    with pytest.raises(UsageError, match="--only cannot be combined with --plan"):
+        ApplyOptions.from_flags(only=["cnn/*"], plan=True)
+
+
+def test_apply_usage_errors_keep_their_order(project: Path, tmp_path: Path) -> None:
+    """A manifest error comes before flag rules, and an unreadable --plan FILE before --only's rule."""
+    code, out = cli("apply", "--frozen", "--workers", "2", "-m", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "nope.yaml" in out and "do not apply to it" not in out
+    code, out = cli("apply", "--plan", str(tmp_path / "none.json"), "--only", "cnn/*", "-m", str(project))
+    assert code == 2 and "no saved plan at" in out
+    code, out = cli("apply", "--frozen", "--plan", str(tmp_path / "none.json"), "--executor", "ray",
+                    "-m", str(project))
+    assert code == 2 and "do not apply to it" in out and "no saved plan" not in out
+    assert not (project.parent / "tuning.lock").exists()
