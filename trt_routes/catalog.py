@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from trt_routes import canonical
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -21,6 +23,9 @@ class Knob:
     default: str
     help: str = ""
     phase: str = "build"
+    #: An open knob's bounds (TensorRT's open knobs are int32_t). Validation only: not in the catalog digest.
+    minimum: int = INT32_MIN
+    maximum: int = INT32_MAX
 
     @property
     def is_open(self) -> bool:
@@ -28,11 +33,12 @@ class Knob:
 
     def allows(self, value: str) -> bool:
         if self.values is None:
+            if len(value) > 12:  # more digits than any int32 has (and int() of 5000 digits raises)
+                return False
             try:
-                int(value)
+                return self.minimum <= int(value) <= self.maximum
             except ValueError:
                 return False
-            return True
         return value in self.values
 
     def allowed_text(self) -> str:

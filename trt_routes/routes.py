@@ -17,7 +17,7 @@ DEFAULT_ROUTE = ""
 
 _TOKEN_START = re.compile(r"-[^\s=\[\]|]+=")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_RANGE = re.compile(r"([+-]?[0-9]+)\.\.([+-]?[0-9]+)")
+_RANGE = re.compile(r"([+-]?[0-9]{1,10})\.\.([+-]?[0-9]{1,10})")
 _MAX_RANGE_HINT = 16
 
 
@@ -282,6 +282,11 @@ def _allowed(knob: Knob, value: str, where: str, raw: str) -> str:
                 f"{where}: token `{raw}`: `{knob.option}` is an open integer knob and `{value}` "
                 "is not an integer",
                 f"give an integer, e.g. `{knob.option}={_default(knob)}`, or a list of integers",
+            )
+        if len(value.lstrip("+-")) > 10 or not knob.minimum <= int(value) <= knob.maximum:
+            raise RouteError(
+                f"{where}: token `{raw}`: `{value}` is out of range for `{knob.option}`",
+                f"give an integer from {knob.minimum} to {knob.maximum}",
             )
         return str(int(value))
     if value not in knob.values:

@@ -136,17 +136,17 @@ def _build_catalog() -> Catalog:
              "runtime"),
         Knob("-intra_op_num_threads", None, "0",
              "SessionOptions.intra_op_num_threads: threads used inside one operator (MLAS GEMM/Conv). "
-             "0 lets ORT choose (one per physical core).", "runtime"),
+             "0 lets ORT choose (one per physical core).", "runtime", minimum=0, maximum=4096),
         Knob("-inter_op_num_threads", None, "0",
              "SessionOptions.inter_op_num_threads: threads running independent nodes; only used with "
-             "-execution_mode=parallel. 0 lets ORT choose.", "runtime"),
+             "-execution_mode=parallel. 0 lets ORT choose.", "runtime", minimum=0, maximum=4096),
         _flag("-allow_spinning", "1",
               "session config session.intra_op.allow_spinning: 1 lets idle intra-op threads spin before "
               "blocking (lower latency, more CPU burned); 0 makes them block at once."),
         Knob("-dynamic_block_base", None, "0",
              "session config session.dynamic_block_base: with a positive value the thread pool splits "
              "parallel loops into shrinking blocks starting at N / (threads * base), which can cut latency "
-             "variance; 0 keeps ORT's static partition.", "runtime"),
+             "variance; 0 keeps ORT's static partition.", "runtime", minimum=0, maximum=1 << 20),
         _flag("-disable_prepacking", "0",
               "session config session.disable_prepacking: 1 stops ORT from re-packing constant weights "
               "into kernel-friendly layouts when the session loads (less memory, usually slower GEMM/Conv)."),

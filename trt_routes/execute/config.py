@@ -6,6 +6,7 @@ tasks) get the shared-CPU signature, and a Ray cluster's jobs get the hardware i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,11 @@ def prepare(project: Project, config: ExecutionConfig) -> Callable[[], Executor]
         project.use_environment(env, share)
         return lambda: ray_executor
     cpu_workers = config.workers or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cpu_workers > cores:
+        raise UsageError(f"{cpu_workers} CPU workers asked for, but this process may use {cores} core(s): "
+                         "each CPU worker measures on cores of its own",
+                         f"use --workers {cores} or fewer (or execution.workers in tuning.yaml)")
     project.use_environment(cpu_share=(cpu_workers, None))
     has_gpu_jobs = any(j.target_data.get("device", {}).get("device") == "gpu" for j in project.jobs)
     if cpu_workers == 1 and not has_gpu_jobs:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from trt_routes.manifest.positions import (
     pairs,
 )
 from trt_routes.manifest.problems import combine, error_at, shown, validation_error
-from trt_routes.manifest.schema import SCHEMA_VERSION, Manifest
+from trt_routes.manifest.schema import SCHEMA_VERSION, Manifest, Paths
 
 SCHEMA_ID = f"urn:trt-routes:manifest:v{SCHEMA_VERSION}"
 
@@ -122,7 +123,53 @@ def load_manifest(path: Path | str) -> LoadedManifest:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         raise validation_error(resolved, text, data, loaded_parts, exc) from None
-    return LoadedManifest(manifest, resolved, text, positions, key_positions, widths)
+    loaded = LoadedManifest(manifest, resolved, text, positions, key_positions, widths)
+    _check_paths(loaded)
+    return loaded
+
+
+def _path_fields(manifest: Manifest) -> Iterator[tuple[KeyPath, str]]:
+    paths = manifest.paths
+    for key in ("cache", "engines", "lockfile", "out"):
+        yield ("paths", key), getattr(paths, key)
+    for name, model in manifest.models.items():
+        if model.path is not None:
+            yield ("models", name, "path"), model.path
+        if not isinstance(model.reference, str):
+            yield ("models", name, "reference", "inputs"), model.reference.inputs
+            yield ("models", name, "reference", "outputs"), model.reference.outputs
+
+
+def _check_paths(loaded: LoadedManifest) -> None:
+    """Every path the manifest names can be resolved (no unknown ~user, no symlink loop), and the paths
+    trt-routes writes do not point at the manifest, at one another, or at something of the wrong kind."""
+    resolved: dict[KeyPath, Path] = {}
+    for where, text in _path_fields(loaded.manifest):
+        try:
+            resolved[where] = loaded.resolve(text)
+        except (RuntimeError, OSError, ValueError) as exc:
+            reason = "a symbolic link loop" if "loop" in str(exc).lower() else str(exc) or type(exc).__name__
+            raise loaded.error(where, f"{dotted(where)}: cannot use the path '{text}': {reason}",
+                               "give a path relative to the manifest's folder, or an absolute one") from None
+    written = {w: p for w, p in resolved.items() if w[0] == "paths"}
+    for where, path in written.items():
+        if path == loaded.path:
+            raise loaded.error(where, f"{dotted(where)} points at the manifest itself",
+                               f"use the default ({_DEFAULT_PATHS[str(where[1])]})")
+        must_be_dir = where[1] in ("engines", "out")
+        if path.exists() and path.is_dir() != must_be_dir:
+            kind = "a folder" if must_be_dir else "a file"
+            raise loaded.error(where, f"{dotted(where)}: '{path}' exists and is not {kind}",
+                               f"use the default ({_DEFAULT_PATHS[str(where[1])]}) or another path")
+    seen: dict[Path, KeyPath] = {}
+    for where, path in written.items():
+        if path in seen:
+            raise loaded.error(where, f"{dotted(where)} is the same path as {dotted(seen[path])}",
+                               "give each its own path")
+        seen[path] = where
+
+
+_DEFAULT_PATHS = {k: str(v.default) for k, v in Paths.model_fields.items()}
 
 
 def manifest_json_schema() -> dict[str, Any]:

@@ -56,8 +56,25 @@ def _children(node: yaml.Node) -> Iterator[yaml.Node]:
         yield from node.value
 
 
+MAX_INT_DIGITS = 30  # far beyond any setting; Python refuses int() of more than 4300 digits anyway
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing integers too long to be any setting (with the node's position)."""
+
+    def construct_yaml_int(self, node: yaml.Node) -> int:
+        text = str(node.value).replace("_", "").lstrip("+-")
+        if len(text) > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {len(text)} digits is too long for any setting", node.start_mark)
+        return super().construct_yaml_int(node)  # type: ignore[no-any-return,arg-type]
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+
+
 def construct(root: yaml.Node) -> Any:
-    loader = yaml.SafeLoader("")
+    loader = _Loader("")
     try:
         return loader.construct_document(root)
     finally:

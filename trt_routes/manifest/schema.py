@@ -5,18 +5,53 @@ backend's catalog in ``trt_routes.routes``."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic import Strict as StrictType
 
 SCHEMA_VERSION = 1
 
+
+def _not_bool(v: object) -> object:
+    if isinstance(v, bool):
+        raise ValueError("expected a number, not true/false")
+    return v
+
+
+def _no_nul(v: object) -> object:
+    if isinstance(v, str) and "\x00" in v:
+        raise ValueError("a NUL character cannot be part of a path or name")
+    return v
+
+
+#: Every integer a user (or a bundle's manifest) can give: a real YAML integer, never true/false, 2.5 or "5".
+Int = Annotated[int, StrictType()]
+#: Every real number: an integer or a float, never true/false, and finite (no .inf, no .nan).
+Number = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+#: A path as written in the manifest: text without NUL, not empty.
+PathText = Annotated[str, BeforeValidator(_no_nul), StringConstraints(min_length=1, max_length=4096)]
+#: A tensor dimension: a positive integer TensorRT and ONNX Runtime can hold (int32 range).
+Dim = Annotated[int, StrictType(), Field(ge=1, le=2**31 - 1)]
+MAX_WORKERS = 256  # local worker processes (or Ray trials in flight) one apply may start
+MAX_ELEMENTS = 2**31  # elements of one input tensor: beyond this no backend here can allocate it
+
 Metric = Literal["l0", "l1", "l2", "lInf", "cos"]
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
-Name = Annotated[str, Field(pattern=NAME)]
+Name = Annotated[str, Field(pattern=NAME, max_length=100)]
 ENTRY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -27,9 +62,9 @@ class Strict(BaseModel):
 class DimRange(Strict):
     """A dynamic input: min/opt/max shapes. Timing and accuracy use ``opt``."""
 
-    min: list[int]
-    opt: list[int]
-    max: list[int]
+    min: list[Dim] = Field(min_length=1, max_length=16)
+    opt: list[Dim] = Field(min_length=1, max_length=16)
+    max: list[Dim] = Field(min_length=1, max_length=16)
 
     @model_validator(mode="after")
     def _ordered(self) -> DimRange:
@@ -38,10 +73,19 @@ class DimRange(Strict):
         for lo, mid, hi in zip(self.min, self.opt, self.max, strict=True):
             if not (1 <= lo <= mid <= hi):
                 raise ValueError(f"need 1 <= min <= opt <= max in every dimension, got {lo}, {mid}, {hi}")
+        _check_elements(self.max)
         return self
 
 
-InputShape = list[int] | DimRange
+def _check_elements(dims: list[int]) -> list[int]:
+    n = math.prod(dims)
+    if n > MAX_ELEMENTS:
+        raise ValueError(f"a shape of {n:,} elements is too large (at most {MAX_ELEMENTS:,} per input)")
+    return dims
+
+
+StaticShape = Annotated[list[Dim], Field(min_length=0, max_length=16), AfterValidator(_check_elements)]
+InputShape = StaticShape | DimRange
 ShapeProfile = dict[str, InputShape]
 
 
@@ -49,24 +93,32 @@ class InputSpec(Strict):
     """How to generate an input when reference data is ``auto``."""
 
     dtype: Literal["float32", "float16", "int64", "int32", "bool"] = "float32"
-    low: float = -1.0
-    high: float = 1.0
+    low: Number = -1.0
+    high: Number = 1.0
+
+    @model_validator(mode="after")
+    def _range(self) -> InputSpec:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low:g}) must not be above high ({self.high:g})")
+        if self.dtype in ("int64", "int32") and self.low == self.high and self.low != int(self.low):
+            raise ValueError(f"an integer input's range must contain an integer, got {self.low:g}")
+        return self
 
 
 class ReferenceFiles(Strict):
     """User-provided reference data: .npz files keyed by input and output tensor names."""
 
-    inputs: str
-    outputs: str
+    inputs: PathText
+    outputs: PathText
 
 
 class Check(Strict):
     """One accuracy gate: ``metric`` loss must stay strictly below ``threshold``."""
 
     metric: Metric
-    threshold: float = Field(ge=0)
-    atol: float | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
-    rtol: float | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
+    threshold: Number = Field(ge=0)
+    atol: Number | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
+    rtol: Number | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
 
     @model_validator(mode="after")
     def _l0_only(self) -> Check:
@@ -94,7 +146,7 @@ def l0_key(atol: float, rtol: float) -> str:
 class Tolerance(Strict):
     """Named accuracy gate: checks for every output, optionally replaced per output."""
 
-    checks: list[Check] = Field(min_length=1)
+    checks: list[Check] = Field(min_length=1, max_length=64)
     outputs: dict[str, list[Check]] = Field(default_factory=dict)
 
     def checks_for(self, output: str) -> list[Check]:
@@ -110,13 +162,15 @@ class Confirm(Strict):
     and the upper end of its ``confidence`` interval is below 1: it beats the default by more than the
     margin and by more than the measured noise. A locked winner is replaced the same way only."""
 
-    candidates: int = Field(default=3, ge=1, le=16, description="challengers re-measured against the default")
-    margin: float = Field(default=0.02, ge=0, lt=1, description="required gain over the default (0.02: 2%)")
-    rounds: int = Field(default=15, ge=3, le=1000, description="interleaved rounds")
-    iterations: int = Field(default=10, ge=1, description="timed runs per route per round (at least)")
-    slot_ms: float = Field(default=20.0, ge=0, description="each route's turn in a round lasts at least this "
-                           "long: fast routes get more runs per turn (sized from the baseline's timing)")
-    confidence: float = Field(default=0.95, gt=0.5, lt=1, description="of the ratio's bootstrap interval, "
+    candidates: Int = Field(default=3, ge=1, le=16, description="challengers re-measured against the default")
+    margin: Number = Field(default=0.02, ge=0, lt=1, description="required gain over the default (0.02: 2%)")
+    rounds: Int = Field(default=15, ge=3, le=1000, description="interleaved rounds")
+    iterations: Int = Field(default=10, ge=1, le=100_000, description="timed runs per route per round (at "
+                            "least)")
+    slot_ms: Number = Field(default=20.0, ge=0, le=60_000, description="each route's turn in a round lasts "
+                            "at least this long: fast routes get more runs per turn (sized from the baseline's "
+                            "timing)")
+    confidence: Number = Field(default=0.95, gt=0.5, lt=1, description="of the ratio's bootstrap interval, "
                               "split over the challengers (Bonferroni)")
 
 
@@ -134,10 +188,11 @@ class Strategy(Strict):
     noise, then searches combinations of those, warm-started from related jobs' winners."""
 
     mode: Literal["adaptive", "fast", "full", "mixed"] = "adaptive"
-    max_builds: int | None = Field(default=None, ge=1, description="new builds the search may spend in "
+    max_builds: Int | None = Field(default=None, ge=1, le=1_000_000, description="new builds the search may spend in "
                                    "total (cached trials are free); raise it to let a stopped search go on")
-    max_minutes: float | None = Field(default=None, gt=0, description="search time it may spend in total")
-    min_gain: float = Field(default=0.01, ge=0, lt=1, description="adaptive: a knob is positive when its "
+    max_minutes: Number | None = Field(default=None, gt=0, le=7 * 24 * 60,
+                                       description="search time it may spend in total")
+    min_gain: Number = Field(default=0.01, ge=0, lt=1, description="adaptive: a knob is positive when its "
                             "one-knob route beats the default by more than this and by more than the noise")
     warm_start: bool = Field(default=True, description="adaptive: also try routes that won for related "
                              "jobs (same model at other shapes or targets, other models on this target)")
@@ -158,19 +213,20 @@ class Settle(Strict):
     """Warm-up until timings settle: windows of ``window`` untimed runs until a window's median is within
     ``tolerance`` of the previous window's, at most ``max_runs`` runs (then timing starts anyway)."""
 
-    window: int = Field(default=5, ge=2)
-    tolerance: float = Field(default=0.05, gt=0, lt=1)
-    max_runs: int = Field(default=200, ge=2)
+    window: Int = Field(default=5, ge=2, le=10_000)
+    tolerance: Number = Field(default=0.05, gt=0, lt=1)
+    max_runs: Int = Field(default=200, ge=2, le=1_000_000)
 
 
 class Measurement(Strict):
     """The measurement protocol. Part of every trial's key."""
 
-    warmup: int = Field(default=10, ge=0)
-    iterations: int = Field(default=20, ge=1)
-    repeats: int = Field(default=5, ge=1)
-    timeout_s: float = Field(default=300.0, gt=0, description="per trial (build + measure); not in the key")
-    seed: int = 0
+    warmup: Int = Field(default=10, ge=0, le=100_000)
+    iterations: Int = Field(default=20, ge=1, le=1_000_000)
+    repeats: Int = Field(default=5, ge=1, le=1_000)
+    timeout_s: Number = Field(default=300.0, gt=0, le=7 * 24 * 3600,
+                              description="per trial (build + measure), at most a week; not in the key")
+    seed: Int = Field(default=0, ge=0, le=2**32 - 1)
     settle: Settle | None = Field(default_factory=lambda: Settle(), description="after `warmup`, warm up "
                                   "until timings settle (bounded); false: the fixed warm-up only")
 
@@ -202,20 +258,20 @@ class Execution(Strict):
     measured on fewer cores each, which the signature records (``cpu_count``, ``cpu_workers``)."""
 
     executor: Literal["local", "ray"] = "local"
-    workers: int | None = Field(default=None, ge=1, description="local: GPU workers (default: every "
+    workers: Int | None = Field(default=None, ge=1, le=MAX_WORKERS, description="local: GPU workers (default: every "
                                 "matching GPU) and CPU workers (default 1: measurement validity)")
     address: str | None = Field(default=None, description="ray: cluster address (ray://host:10001, auto)")
-    cpus_per_trial: int = Field(default=1, ge=1, description="ray: CPUs a trial of a CPU target asks for")
-    max_retries: int = Field(default=2, ge=0, description="ray: retries of a trial whose worker or node died")
+    cpus_per_trial: Int = Field(default=1, ge=1, le=1024, description="ray: CPUs a trial of a CPU target asks for")
+    max_retries: Int = Field(default=2, ge=0, le=100, description="ray: retries of a trial whose worker or node died")
 
 
 class Paths(Strict):
     """Where things live, relative to the manifest's folder."""
 
-    cache: str = "caches/trials.sqlite"
-    engines: str = "caches/engines"
-    lockfile: str = "tuning.lock"
-    out: str = "engines"
+    cache: PathText = "caches/trials.sqlite"
+    engines: PathText = "caches/engines"
+    lockfile: PathText = "tuning.lock"
+    out: PathText = "engines"
 
 
 class JobDefaults(Strict):
@@ -243,10 +299,10 @@ class Model(ModelDefaults):
     ``.pt2`` for torch-inductor) or a Python entry point (``entry: "package.module:factory"``, for
     backends that take one); exactly one of the two."""
 
-    path: str | None = None
+    path: PathText | None = None
     entry: str | None = Field(default=None, pattern=ENTRY, description="module:factory, the module imported "
                               "with the manifest's folder first on sys.path")
-    shapes: dict[Name, ShapeProfile] = Field(min_length=1)
+    shapes: dict[Name, ShapeProfile] = Field(min_length=1, max_length=1000)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     reference: Literal["auto"] | ReferenceFiles = "auto"
 

@@ -123,9 +123,9 @@ def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: 
                 vs = f"{default_ms / v.median_ms:.2f}x vs default {_fmt(default_ms)} ms"  # type: ignore[operator]
             else:
                 vs = "the default route is not eligible"
-            reason = ("winner: fastest eligible route, " if v.route != DEFAULT_ROUTE else
-                      "winner: the default route is the fastest eligible route, ") + \
-                     f"{_fmt(v.median_ms)} ms ({vs})"  # type: ignore[arg-type]
+            lead = ("winner: fastest eligible route, " if v.route != DEFAULT_ROUTE else
+                    "winner: the default route is the fastest eligible route, ")
+            reason = lead + f"{_fmt(v.median_ms)} ms ({vs})"  # type: ignore[arg-type]
             verdicts.append(Verdict(**{**v.__dict__, "reason": reason}))
         elif v.eligible and winner is not None:
             slower = (v.median_ms / winner.median_ms - 1) * 100  # type: ignore[operator]
