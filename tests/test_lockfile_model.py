@@ -61,8 +61,8 @@ def test_the_serialized_entry_is_exactly_the_schema(tuned: Path) -> None:
 
 def test_keys_the_model_does_not_name_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "tuning.lock"
-    Lockfile(path, jobs={"m/s/cpu": {"route": "", "engine": {"sha256": "a" * 64, "size": 3, "later": [1]},
-                                     "from_a_newer_version": {"x": 1}}}).write()
+    raw = {"route": "", "engine": {"sha256": "a" * 64, "size": 3, "later": [1]}, "from_a_newer_version": {"x": 1}}
+    Lockfile(path, jobs={"m/s/cpu": parse_entry("m/s/cpu", raw)}).write()
     text = path.read_text()
     lock = Lockfile.read(path)
     entry = lock.jobs["m/s/cpu"]
