@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trt_routes import canonical
 from trt_routes.artifacts import atomic_write_text
@@ -33,6 +34,163 @@ def _round(value: Any) -> Any:
     return value
 
 
+Number = int | float  # ints stay ints (the file's bytes do not change), floats stay floats
+
+
+class LockRecord(BaseModel):
+    """A part of a lock entry. Keys the model does not name are kept (a newer trt-routes may add some),
+    and only the keys an entry has are written back, so a lockfile round-trips byte for byte.
+
+    It also reads as a mapping (``entry["route"]``, ``entry.get("engine")``) for scripts and tests that
+    treat entries as the plain data they are on disk; trt-routes itself reads the attributes."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    def to_data(self) -> dict[str, Any]:
+        """The plain data written to tuning.lock (and printed by ``--json``): only the keys it has."""
+        return self.model_dump(exclude_unset=True, by_alias=True)
+
+    def _has(self, key: str) -> bool:
+        return key in self.model_fields_set or key in (self.model_extra or {})
+
+    def __getitem__(self, key: str) -> Any:
+        if not self._has(key):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self, key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._has(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if self._has(key) else default
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, dict):  # the plain data on disk
+            return self.to_data() == other
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class LockModel(LockRecord):
+    """The model the job was tuned on: a file (``path``, relative to the manifest) or an ``entry``
+    callable (PyTorch), and its digest."""
+
+    path: str | None = None
+    entry: str | None = None
+    digest: str | None = None
+
+
+class LockSignature(LockRecord):
+    """The signature the routes were measured under: its hash and its fields (``trt_routes.signature``)."""
+
+    hash: str | None = None
+    fields: dict[str, Any] | None = None
+
+
+class LockStrategy(LockRecord):
+    name: str | None = None
+    mode: str | None = None
+
+
+class LockTiming(LockRecord):
+    """Medians of the default route and of the winner, their ratio and the winner's interval (ms)."""
+
+    default_ms: Number | None = None
+    chosen_ms: Number | None = None
+    speedup: Number | None = None
+    chosen_ci_ms: list[Number | None] | None = None
+
+
+class LockEngine(LockRecord):
+    """The materialized engine: content digest, path (relative to the manifest) and size in bytes."""
+
+    sha256: str | None = None
+    path: str | None = None
+    size: int | None = None
+
+
+class LockTrialCounts(LockRecord):
+    candidates: int | None = None
+    built: int | None = None
+    reused: int | None = None
+    failed: int | None = None
+
+
+class LockSelection(LockRecord):
+    """The selection rule's key and the side-by-side confirmation record (``trt_routes.selection``)."""
+
+    key: str | None = None
+    confirmation: dict[str, Any] | None = None
+
+
+class LockEntry(LockRecord):
+    """One job's lock entry: the chosen route, its evidence and the engine. Built only by
+    ``trt_routes.tune.locking``; every field may be absent in an entry written by hand or by an older
+    trt-routes, and readers say what they do then."""
+
+    backend: str | None = None
+    model: LockModel | None = None
+    profile: dict[str, Any] | None = None
+    target: str | None = None
+    settings: dict[str, Any] | None = None
+    route: str | None = None
+    status: str | None = None
+    trial: str | None = None
+    group_key: str | None = None
+    keys: dict[str, Any] | None = None
+    signature: LockSignature | None = None
+    tolerance_name: str | None = None
+    tolerance: dict[str, Any] | None = None
+    tolerance_key: str | None = None
+    strategy: LockStrategy | None = None
+    candidates_key: str | None = None
+    timing: LockTiming | None = None
+    losses: dict[str, Any] | None = None
+    engine: LockEngine | None = None
+    trials: LockTrialCounts | None = None
+    selection: LockSelection | None = None
+
+    @property
+    def engine_sha256(self) -> str:
+        """The locked engine's digest ("" when the entry names none)."""
+        return (self.engine.sha256 if self.engine else None) or ""
+
+    @property
+    def signature_fields(self) -> dict[str, Any] | None:
+        return self.signature.fields if self.signature else None
+
+
+def parse_entry(name: str, data: Any, path: Path | str = "tuning.lock") -> LockEntry:
+    """``data`` (one job's entry as read from YAML) as a LockEntry; a LockfileError naming the file,
+    the job and the field when it is malformed."""
+    if isinstance(data, LockEntry):
+        return data
+    where = f"{path}: job '{name}'"
+    fix = "restore tuning.lock from git (git checkout -- tuning.lock), or delete the entry and run " \
+          "`trt-routes apply`"
+    if not isinstance(data, dict):
+        raise LockfileError(f"{where}: the entry must be a mapping, not {type(data).__name__} ({data!r:.60})",
+                            fix)
+    try:
+        return LockEntry.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise LockfileError(f"{where}: {loc}: {err['msg']} (got {type(err['input']).__name__} "
+                            f"{err['input']!r:.60})", fix) from None
+
+
+class LockJobs(dict[str, LockEntry]):
+    """The lockfile's entries by job name; a plain mapping assigned to it is parsed into a LockEntry."""
+
+    def __setitem__(self, name: str, entry: LockEntry | dict[str, Any]) -> None:
+        super().__setitem__(name, parse_entry(name, entry))
+
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 20x faster on big locks
 
 
@@ -51,9 +209,13 @@ _Dumper.add_representer(list, _list)
 @dataclass
 class Lockfile:
     path: Path
-    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jobs: dict[str, LockEntry] = field(default_factory=LockJobs)
     manifest_name: str = "tuning.yaml"
     writes: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.jobs, LockJobs):
+            self.jobs = LockJobs({name: parse_entry(name, e, self.path) for name, e in self.jobs.items()})
 
     @classmethod
     def read(cls, path: Path, manifest_name: str = "tuning.yaml") -> Lockfile:
@@ -76,11 +238,13 @@ class Lockfile:
         jobs = data.get("jobs") or {}
         if not isinstance(jobs, dict):
             raise LockfileError(f"{path}: 'jobs' must be a mapping", "restore it from git")
-        return cls(path=path, jobs=jobs, manifest_name=manifest_name)
+        return cls(path=path, jobs=LockJobs({name: parse_entry(name, e, path) for name, e in jobs.items()}),
+                   manifest_name=manifest_name)
 
     def render(self) -> str:
         body = {"lock_version": LOCK_VERSION,
-                "jobs": {name: _round(canonical.normalize(entry)) for name, entry in sorted(self.jobs.items())}}
+                "jobs": {name: _round(canonical.normalize(entry.to_data()))
+                         for name, entry in sorted(self.jobs.items())}}
         text = yaml.dump(body, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True,
                          width=100)
         return HEADER.format(manifest=self.manifest_name) + text

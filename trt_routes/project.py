@@ -1,15 +1,21 @@
-"""A project: the loaded manifest, its resolved paths, the environment and its jobs."""
+"""A project: the loaded manifest, its resolved paths, the environment and its jobs; and the project
+lock that keeps two applies (or an apply and a cache merge) from interleaving."""
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from trt_routes import measure
 from trt_routes.artifacts import BlobStore
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.errors import UsageError
 from trt_routes.jobs import Job, resolve_jobs
 from trt_routes.lockfile import Lockfile
 from trt_routes.manifest.load import LoadedManifest, load_manifest
@@ -88,6 +94,31 @@ def open_project(manifest: Path | str, env: Environment | None = None) -> Projec
     execution = loaded.manifest.execution
     share = (execution.workers or 1, None) if execution.executor == "local" else (1, None)
     return Project(loaded, env or detect(), cpu_share=share)
+
+
+APPLY_RUNNING = "another `trt-routes apply` is running on {cache}"
+APPLY_RUNNING_HINT = "wait for it to finish (or remove a stale .lock file if none is running)"
+
+
+def project_lock(project: Project) -> FileLock:
+    """The one lock of a project (beside its cache): whoever writes the cache, the engines or tuning.lock
+    holds it (apply, apply --frozen, cache import/pull/gc)."""
+    project.cache_path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(project.cache_path) + ".lock")
+
+
+@contextmanager
+def exclusive(project: Project, busy: str = APPLY_RUNNING, hint: str = APPLY_RUNNING_HINT) -> Iterator[None]:
+    """Hold the project lock, or fail at once with a UsageError (``busy`` may name ``{cache}``)."""
+    lock = project_lock(project)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout as exc:
+        raise UsageError(busy.format(cache=project.cache_path), hint) from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class LossLookupFromBlobs:

@@ -14,7 +14,7 @@ import numpy as np
 
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job, find_job
-from trt_routes.lockfile import Lockfile
+from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
@@ -75,7 +75,7 @@ class Explanation:
     job: Job
     selection: Selection | None
     trials: list[TrialRecord]
-    lock: dict[str, Any] | None
+    lock: LockEntry | None
     decisions: list[dict[str, Any]] = field(default_factory=list)
     signature: dict[str, str] | None = None
     other_groups: int = 0
@@ -110,7 +110,7 @@ class Explanation:
             ],
             "signature": self.signature,
             "provenance": self.provenance,
-            "lock": self.lock,
+            "lock": self.lock.to_data() if self.lock is not None else None,
             "history": self.decisions,
             "trials_under_other_signatures": self.other_groups,
             "older_groups": self.older,
@@ -147,7 +147,7 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
 
 
 def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
-              entry: dict[str, Any] | None) -> tuple[Margin | None, list[str]]:
+              entry: LockEntry | None) -> tuple[Margin | None, list[str]]:
     """The decision in words and the margin that backs it."""
     lines = [sel.summary]
     default = trials.get(DEFAULT_ROUTE)
@@ -168,8 +168,8 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
         lines.append("The default route has no valid measurement "
                      f"({sel.verdict(DEFAULT_ROUTE).reason if sel.verdict(DEFAULT_ROUTE) else 'not measured'}), "
                      "so there is no margin to compare against.")
-    if entry is not None and sel.winner is not None and entry.get("route") != sel.winner:
-        lines.append(f"The lock holds {describe(entry.get('route') or '')}, but the trials now select "
+    if entry is not None and sel.winner is not None and entry.route != sel.winner:
+        lines.append(f"The lock holds {describe(entry.route or '')}, but the trials now select "
                      f"{describe(sel.winner)}: run `trt-routes plan` to see why and `trt-routes apply` to update.")
     return mg, lines
 

@@ -10,18 +10,18 @@ from typing import Any
 from trt_routes.canonical import file_sha256
 from trt_routes.gitops.frozen import frozen_rebuild
 from trt_routes.jobs import Job
+from trt_routes.lockfile import LockEngine, LockEntry
 from trt_routes.plan.diff import stale_reasons, tolerance_change
 from trt_routes.project import Project
 
 
-def _stale(job: Job, entry: dict[str, Any]) -> list[str]:
+def _stale(job: Job, entry: LockEntry) -> list[str]:
     """Why the lock entry no longer describes this job (empty when it still does)."""
     reasons: list[str] = []
-    if entry.get("group_key") != job.group_key:
-        reasons += stale_reasons(job, entry.get("keys") or {}, (entry.get("signature") or {}).get("fields")) \
-            or ["job keys changed"]
-    if entry.get("tolerance_key") and entry.get("tolerance_key") != job.tolerance_key:
-        reasons.append(tolerance_change(job.tolerance_name, entry.get("tolerance"), job.tolerance))
+    if entry.group_key != job.group_key:
+        reasons += stale_reasons(job, entry.keys or {}, entry.signature_fields) or ["job keys changed"]
+    if entry.tolerance_key and entry.tolerance_key != job.tolerance_key:
+        reasons.append(tolerance_change(job.tolerance_name, entry.tolerance, job.tolerance))
     return reasons
 
 
@@ -45,26 +45,26 @@ def status(project: Project) -> list[JobStatus]:
         for job in project.jobs:
             entry = lock.jobs.get(job.name)
             if job.blocked:
-                rows.append(JobStatus(job.name, "blocked", job.blocked, entry.get("route") if entry else None))
+                rows.append(JobStatus(job.name, "blocked", job.blocked, entry.route if entry else None))
                 continue
             if entry is None:
                 rows.append(JobStatus(job.name, "no-lock", "no lock entry: run `trt-routes apply`"))
                 continue
-            route = entry.get("route")
-            engine = entry.get("engine") or {}
+            route = entry.route
+            engine = entry.engine or LockEngine()
             rebuilt: str | None = None  # an engine `apply --frozen` rebuilt from this entry (not bit-reproducible)
-            path = project.root / engine.get("path", "")
+            path = project.root / (engine.path or "")
             if not path.is_file():
-                rows.append(JobStatus(job.name, "missing-engine", f"engine missing at {engine.get('path')}: "
+                rows.append(JobStatus(job.name, "missing-engine", f"engine missing at {engine.path}: "
                                       "`trt-routes apply` materializes it again", route))
-            elif file_sha256(path) != engine.get("sha256") and \
+            elif file_sha256(path) != engine.sha256 and \
                     not (rebuilt := frozen_rebuild(project, job.name, entry, path)):
                 rows.append(JobStatus(job.name, "digest-mismatch",
-                                      f"{engine.get('path')} does not match the locked sha256 "
-                                      f"{str(engine.get('sha256'))[:12]}: `trt-routes apply` restores it", route))
+                                      f"{engine.path} does not match the locked sha256 "
+                                      f"{str(engine.sha256)[:12]}: `trt-routes apply` restores it", route))
             elif why := _stale(job, entry):
                 rows.append(JobStatus(job.name, "stale", "; ".join(why) + ": run `trt-routes apply`", route))
-            elif cache is None or cache.get(entry.get("trial", "")) is None:
+            elif cache is None or cache.get(entry.trial or "") is None:
                 rows.append(JobStatus(job.name, "not-in-cache",
                                       "the locked trial is not in this cache (engine ok; evidence elsewhere: "
                                       "`trt-routes cache pull` or `cache import` brings it)" if cache is not None
@@ -75,5 +75,5 @@ def status(project: Project) -> list[JobStatus]:
     names = {j.name for j in project.jobs}
     for name in sorted(set(lock.jobs) - names):
         rows.append(JobStatus(name, "orphan-lock", "locked job no longer in the manifest (apply removes it)",
-                              lock.jobs[name].get("route")))
+                              lock.jobs[name].route))
     return rows

@@ -18,7 +18,7 @@ from trt_routes.backends import registry
 from trt_routes.catalog import Catalog
 from trt_routes.errors import LockfileError, RouteError
 from trt_routes.jobs import Job
-from trt_routes.lockfile import Lockfile
+from trt_routes.lockfile import LockEntry, Lockfile, LockSelection
 from trt_routes.plan.diff import candidates_key, tolerance_change
 from trt_routes.routes import Expression, describe, route_dict
 from trt_routes.routes import canonical as canonical_route
@@ -114,23 +114,24 @@ def _same_protocol(job: Job, locked: str, signature_fields: Mapping[str, str]) -
     return bool(old) and old != now
 
 
-def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
+def entry_changes(job: Job, entry: LockEntry) -> list[str]:
     """What differs between ``job`` (from the manifest) and its lock entry, field by field."""
     changes: list[str] = []
-    keys = entry.get("keys") or {}
-    fields = (entry.get("signature") or {}).get("fields") or {}
-    if entry.get("backend") and entry["backend"] != job.backend:
-        changes.append(f"backend changed: {entry['backend']} -> {job.backend}")
-    if entry.get("status", "ok") != "ok" or entry.get("route") is None:
+    keys = entry.keys or {}
+    fields = entry.signature_fields or {}
+    if entry.backend and entry.backend != job.backend:
+        changes.append(f"backend changed: {entry.backend} -> {job.backend}")
+    if entry.get("status", "ok") != "ok" or entry.route is None:
         changes.append("the lock entry has no chosen route")
     if keys.get("model_digest") and keys["model_digest"] != job.model_digest:
-        changes.append(f"model digest changed ({(entry.get('model') or {}).get('path', job.model_path.name)}: "
+        model_path = entry.model.path if entry.model and "path" in entry.model else job.model_path.name
+        changes.append(f"model digest changed ({model_path}: "
                        f"{keys['model_digest'][:12]} -> {job.model_digest[:12] or 'missing'})")
     if keys.get("shape_key") and keys["shape_key"] != job.shape_key:
-        changes.append("shape profile changed: " + (", ".join(field_diff(entry.get("profile"), job.profile))
+        changes.append("shape profile changed: " + (", ".join(field_diff(entry.profile, job.profile))
                                                     or "(details not in the lock)"))
     if keys.get("settings_key") and keys["settings_key"] != job.settings_key:
-        changes.append("build settings changed: " + (", ".join(field_diff(entry.get("settings"), job.settings))
+        changes.append("build settings changed: " + (", ".join(field_diff(entry.settings, job.settings))
                                                      or "(details not in the lock)"))
     protocol_changed = bool(keys.get("protocol_key")) and not _same_protocol(job, keys["protocol_key"], fields)
     if protocol_changed:
@@ -140,47 +141,47 @@ def entry_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
     if keys.get("reference_key") and not first_order and \
             (why := _reference_change(job, keys["reference_key"], fields)) is not None:
         changes.append(why)
-    if entry.get("tolerance_key") and entry["tolerance_key"] != job.tolerance_key:
-        changes.append(tolerance_change(job.tolerance_name, entry.get("tolerance"), job.tolerance))
-    selection = entry.get("selection") or {}
-    if selection.get("key") and selection["key"] != selection_key(job):
+    if entry.tolerance_key and entry.tolerance_key != job.tolerance_key:
+        changes.append(tolerance_change(job.tolerance_name, entry.tolerance, job.tolerance))
+    selection = entry.selection
+    if selection is not None and selection.key and selection.key != selection_key(job):
         changes.append(_selection_change(job, selection))
     strategy = {"name": job.strategy_name, "mode": job.strategy.mode}
-    if entry.get("strategy") and entry["strategy"] != strategy:
-        old = entry["strategy"]
-        changes.append(f"strategy changed: '{old.get('name')}' ({old.get('mode')}) -> "
+    old = entry.strategy
+    if old is not None and old.to_data() and old.to_data() != strategy:
+        changes.append(f"strategy changed: '{old.name}' ({old.mode}) -> "
                        f"'{job.strategy_name}' ({job.strategy.mode})")
     elif job.expression is not None and job.catalog is not None:
         changes += _candidate_changes(job, entry)
     return changes
 
 
-def _selection_change(job: Job, selection: Mapping[str, Any]) -> str:
+def _selection_change(job: Job, selection: LockSelection) -> str:
     """How the selection rule (the strategy's ``confirm`` settings) differs from the one the lock was
     decided under, field by field where the lock's confirmation record names the old values."""
     head = f"selection rule changed (strategy '{job.strategy_name}' confirm)"
     confirm = job.strategy.confirm
     if confirm is None:
         return f"{head}: side-by-side confirmation turned off (confirm: false)"
-    if selection.get("key") == canonical.digest(None, 16):
+    if selection.key == canonical.digest(None, 16):
         return f"{head}: side-by-side confirmation turned on"
-    old = selection.get("confirmation") or {}
+    old = selection.confirmation or {}
     new = confirm.model_dump()
     diff = [f"{k} {canonical.normalize(old[k])} -> {canonical.normalize(new[k])}" for k in sorted(new)
             if k in old and canonical.normalize(old[k]) != canonical.normalize(new[k])]
     return f"{head}: " + (", ".join(diff) or "(details not in the lock)")
 
 
-def _candidate_changes(job: Job, entry: Mapping[str, Any]) -> list[str]:
+def _candidate_changes(job: Job, entry: LockEntry) -> list[str]:
     assert job.expression is not None and job.catalog is not None
     search = cached_search(job.strategy.mode, job.expression, job.catalog)
     if search.static and job.strategy.max_builds is None:
         static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
-        if entry.get("candidates_key") and entry["candidates_key"] != candidates_key(static):
+        if entry.candidates_key and entry.candidates_key != candidates_key(static):
             return [f"candidate routes changed (switch group '{job.switch_group}' or strategy "
                     f"'{job.strategy_name}')"]
         return []
-    route = entry.get("route")
+    route = entry.route
     if isinstance(route, str) and not in_search_space(route, job.expression, job.catalog):
         return [f"the locked route {describe(route)} is outside switch group '{job.switch_group}'"]
     return []
@@ -205,14 +206,14 @@ def lock_mismatches(jobs: list[Job], lock: Lockfile, patterns: list[str] | None 
     return sorted(out, key=lambda m: m.job)
 
 
-def signature_drift(job: Job, entry: Mapping[str, Any]) -> list[str]:
+def signature_drift(job: Job, entry: LockEntry) -> list[str]:
     """'field old -> new' for every signature field in which this machine differs from the lock.
 
     Every field counts: a signature holds only what measured facts depend on (hardware, driver,
     backend and tuner versions, catalog, protocol); volatile values never enter it."""
     if job.signature is None:
         return []
-    fields = (entry.get("signature") or {}).get("fields")
+    fields = entry.signature_fields
     if not fields:
         return ["the lock entry records no signature"]
     return job.signature.diff({str(k): str(v) for k, v in fields.items()})

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import Timeout
-
 from trt_routes import __version__
 from trt_routes.artifacts import atomic_write_text
 from trt_routes.backends import registry
@@ -27,11 +25,12 @@ from trt_routes.errors import Exit, LockfileError, UsageError
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.gitops.check import LockMismatch, lock_mismatches, signature_drift
 from trt_routes.jobs import Job
-from trt_routes.lockfile import Lockfile
-from trt_routes.project import Project
+from trt_routes.lockfile import LockEntry, Lockfile
+from trt_routes.project import Project, exclusive
 from trt_routes.routes import describe
 from trt_routes.selection.rank import gate
-from trt_routes.tune.apply import Applier, ApplyOptions, JobOutcome, Reporter, SilentReporter, _JobFailed, project_lock
+from trt_routes.tune.outcome import JobOutcome, Reporter, SilentReporter
+from trt_routes.tune.trials import JobFailed, TrialRunner
 
 EXIT_OK = Exit.OK  # the table is trt_routes.errors.Exit
 EXIT_USAGE = Exit.USAGE
@@ -147,10 +146,9 @@ def check_frozen(project: Project, lock: Lockfile,
             skipped.append((job, job.blocked))
             continue
         entry = lock.jobs[job.name]
-        timing = entry.get("timing") or {}
-        fj = FrozenJob(job=job, route=str(entry["route"]),
-                       locked_sha256=(entry.get("engine") or {}).get("sha256", ""),
-                       locked_ms=timing.get("chosen_ms"), drift=signature_drift(job, entry))
+        fj = FrozenJob(job=job, route=str(entry.route), locked_sha256=entry.engine_sha256,
+                       locked_ms=entry.timing.chosen_ms if entry.timing else None,
+                       drift=signature_drift(job, entry))
         if fj.drift:
             drift[job.name] = fj.drift
         runnable.append(fj)
@@ -164,15 +162,16 @@ def check_frozen(project: Project, lock: Lockfile,
 
 
 class FrozenBuilder:
-    """Rebuilds and verifies one job at a time (one apply's executor, cache and reference logic)."""
+    """Rebuilds and verifies one job at a time (apply's reference and trial logic on one executor)."""
 
     def __init__(self, project: Project, cache: CacheStore, lock: Lockfile, reporter: Reporter,
                  options: FrozenOptions, executor: LocalExecutor) -> None:
         self.project = project
         self.cache = cache
+        self.lock = lock
         self.options = options
         self.reporter = reporter
-        self.applier = Applier(project, cache, lock, reporter, ApplyOptions(), executor)
+        self.trials = TrialRunner(project, cache, reporter, executor)
 
     def _reusable(self, fj: FrozenJob, reproducible: bool) -> TrialRecord | None:
         """This machine's own trial of the locked route, when it is still good (a re-run builds nothing)."""
@@ -181,7 +180,7 @@ class FrozenBuilder:
             return None
         if reproducible and not fj.drift and trial.engine_sha256 != fj.locked_sha256:
             return None
-        if gate(trial, fj.job.tolerance, self.applier.lookup):
+        if gate(trial, fj.job.tolerance, self.trials.lookup):
             return None
         return trial
 
@@ -195,35 +194,35 @@ class FrozenBuilder:
                 fj.reused = True
             else:
                 self.reporter.job_start(job, 1)
-                ref = self.applier.reference(job)
-                trial = self.applier.run_trial(job, fj.route, ref)
+                ref = self.trials.reference(job)
+                trial = self.trials.run_trial(job, fj.route, ref)
                 fj.built = 1
             self.verify(fj, trial, backend.reproducible_engines, backend.name)
             dest = self.project.engine_path(job, backend.engine_suffix_for(job.settings))
             self.project.store.materialize(trial.engine_sha256, dest)
             fj.engine_path = self.project.rel(dest)
-        except _JobFailed as exc:
+        except JobFailed as exc:
             fj.error = str(exc)
         fj.seconds = time.perf_counter() - start
         return fj
 
     def verify(self, fj: FrozenJob, trial: TrialRecord, reproducible: bool, backend: str) -> None:
-        """Route, accuracy, digest, timing: raise _JobFailed on the first check that fails."""
+        """Route, accuracy, digest, timing: raise JobFailed on the first check that fails."""
         if trial.status != "ok" or trial.median_ms is None:
-            raise _JobFailed(f"rebuilding the locked route {describe(fj.route)} failed: {trial.status}: "
+            raise JobFailed(f"rebuilding the locked route {describe(fj.route)} failed: {trial.status}: "
                              f"{trial.error or 'no timing'}")
         fj.checks.append(f"route {describe(fj.route)} built as locked")
         fj.engine_sha256 = trial.engine_sha256
         fj.median_ms = trial.median_ms
-        if failures := gate(trial, fj.job.tolerance, self.applier.lookup):
-            raise _JobFailed(f"the rebuilt engine fails tolerance '{fj.job.tolerance_name}': "
+        if failures := gate(trial, fj.job.tolerance, self.trials.lookup):
+            raise JobFailed(f"the rebuilt engine fails tolerance '{fj.job.tolerance_name}': "
                              + "; ".join(failures))
         fj.checks.append(f"accuracy within tolerance '{fj.job.tolerance_name}'")
         if trial.engine_sha256 == fj.locked_sha256:
             fj.digest = "identical"
             fj.checks.append("engine digest identical to the lock")
         elif reproducible and not fj.drift:
-            raise _JobFailed(f"the rebuilt engine {trial.engine_sha256[:12]} differs from the locked "
+            raise JobFailed(f"the rebuilt engine {trial.engine_sha256[:12]} differs from the locked "
                              f"{fj.locked_sha256[:12]}, though {backend} builds are reproducible on one "
                              "signature: the lock or the model was edited by hand, or the build is not "
                              "deterministic here")
@@ -235,9 +234,10 @@ class FrozenBuilder:
     def _timing(self, fj: FrozenJob, trial: TrialRecord) -> None:
         median = trial.median_ms
         if median is None or not math.isfinite(median) or median <= 0:
-            raise _JobFailed(f"timing of the rebuilt engine is not usable ({median})")
-        entry_ci = [x for x in ((self.applier.lock.jobs.get(fj.job.name) or {}).get("timing") or {})
-                    .get("chosen_ci_ms") or [] if isinstance(x, (int, float))]
+            raise JobFailed(f"timing of the rebuilt engine is not usable ({median})")
+        entry = self.lock.jobs.get(fj.job.name)
+        entry_ci = [x for x in (entry.timing.chosen_ci_ms if entry and entry.timing else None) or []
+                    if isinstance(x, (int, float))]
         locked_high = max(entry_ci) if entry_ci else fj.locked_ms
         if fj.drift or not locked_high:
             fj.checks.append(f"timing {median:.4g} ms (not compared: "
@@ -245,7 +245,7 @@ class FrozenBuilder:
             return
         low = trial.ci_low if trial.ci_low is not None else median
         if low > self.options.max_slowdown * locked_high:
-            raise _JobFailed(f"timing sanity check failed: {median:.4g} ms (interval from {low:.4g}) is more "
+            raise JobFailed(f"timing sanity check failed: {median:.4g} ms (interval from {low:.4g}) is more "
                              f"than {self.options.max_slowdown:g}x the locked {fj.locked_ms or locked_high:.4g} "
                              "ms on the same signature; is the machine loaded?")
         fj.checks.append(f"timing {median:.4g} ms vs locked {fj.locked_ms or locked_high:.4g} ms")
@@ -282,14 +282,14 @@ def write_record(project: Project, lock: Lockfile, result: FrozenResult) -> Path
     return path
 
 
-def frozen_rebuild(project: Project, name: str, entry: dict[str, Any], path: Path) -> str | None:
+def frozen_rebuild(project: Project, name: str, entry: LockEntry, path: Path) -> str | None:
     """A line for ``status`` when the engine at ``path`` is the one ``apply --frozen`` rebuilt and verified
     for job ``name`` from this lock entry (a TensorRT rebuild has its own digest); None otherwise."""
     try:
         record = json.loads((project.out_dir / RECORD_NAME).read_text(encoding="utf-8"))
         job = record["jobs"][name]
         sha = file_sha256(path)
-        if job["locked_sha256"] != (entry.get("engine") or {}).get("sha256") or job["route"] != entry.get("route") \
+        if job["locked_sha256"] != (entry.engine.sha256 if entry.engine else None) or job["route"] != entry.route \
                 or job["engine"]["sha256"] != sha:
             return None
         return (f"engine rebuilt from the lock by `apply --frozen` (sha256 {sha[:12]}, {job['digest']}); "
@@ -309,12 +309,7 @@ def apply_frozen(project: Project, options: FrozenOptions | None = None, reporte
     if options.dry_run:
         result.jobs = runnable
         return result
-    try:
-        guard = project_lock(project).acquire(timeout=0)
-    except Timeout as exc:
-        raise UsageError(f"another `trt-routes apply` is running on {project.cache_path}",
-                         "wait for it to finish (or remove a stale .lock file if none is running)") from exc
-    with guard, project.open_cache() as cache, executor_factory() as executor:
+    with exclusive(project), project.open_cache() as cache, executor_factory() as executor:
         builder = FrozenBuilder(project, cache, lock, reporter, options, executor)
         for fj in runnable:
             result.jobs.append(builder.run(fj))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes.errors import UsageError
-from trt_routes.lockfile import Lockfile
+from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.load import load_manifest
 
 TRTEXEC_BACKEND = "tensorrt"
@@ -20,9 +20,14 @@ TRTEXEC_BACKEND = "tensorrt"
 @dataclass(frozen=True)
 class LockedJob:
     name: str
-    entry: dict[str, Any]
+    record: LockEntry
     root: Path  # the manifest's folder: lock paths are relative to it
     lock_path: Path
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        """The entry as plain data, as it stands in tuning.lock (for printing it)."""
+        return self.record.to_data()
 
 
 def locked_job(manifest: Path, name: str) -> LockedJob:
@@ -54,8 +59,8 @@ def trtexec_for(locked: LockedJob) -> str:
     Only TensorRT engines come from trtexec; for any other backend this says so as a UsageError."""
     from trt_routes.interop import trtexec_command
 
-    entry = locked.entry
-    backend = entry.get("backend", "?")
+    entry = locked.record
+    backend = entry.backend if "backend" in entry else "?"
     if backend != TRTEXEC_BACKEND:
         raise UsageError(
             f"trtexec does not apply to {locked.name}: it is built by the {backend} backend, and trtexec "
@@ -63,10 +68,11 @@ def trtexec_for(locked: LockedJob) -> str:
             f"`trt-routes lock show {locked.name}` prints its locked route; "
             f"`trt-routes apply --frozen --only '{locked.name}'` rebuilds it",
         )
-    if entry.get("route") is None or not (entry.get("model") or {}).get("path"):
+    model_path = entry.model.path if entry.model else None
+    if entry.route is None or not model_path:
         raise UsageError(f"the lock entry of {locked.name} has no route or model path",
                          "re-run `trt-routes apply` to regenerate it")
-    engine = (entry.get("engine") or {}).get("path")
+    engine = entry.engine.path if entry.engine else None
     return trtexec_command(
-        _from_cwd(locked.root / entry["model"]["path"]), str(entry["route"]), entry.get("profile") or {},
-        entry.get("settings") or {}, engine_path=_from_cwd(locked.root / engine) if engine else None)
+        _from_cwd(locked.root / model_path), entry.route, entry.profile or {},
+        entry.settings or {}, engine_path=_from_cwd(locked.root / engine) if engine else None)

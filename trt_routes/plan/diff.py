@@ -11,7 +11,7 @@ from typing import Any
 from trt_routes import canonical
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
-from trt_routes.lockfile import Lockfile
+from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.routes import describe
 from trt_routes.search import Outcome
@@ -116,7 +116,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     entry = lock.jobs.get(job.name)
     if search.static and entry is not None and _keys_match(job, entry):
         static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
-        if entry.get("candidates_key") == candidates_key(static) and cache.routes(job.group_key) >= set(static):
+        if entry.candidates_key == candidates_key(static) and cache.routes(job.group_key) >= set(static):
             # same trials, same rule, same candidates: the locked selection stands without re-deriving it
             return _engine_check(job, entry, root, len(static), static)
     trials = cache.group(job.group_key, light=True)
@@ -130,7 +130,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     if batch or pending:
         reasons: list[str] = []
         if entry is not None:
-            reasons = stale_reasons(job, entry.get("keys", {}), entry.get("signature", {}).get("fields"))
+            reasons = stale_reasons(job, entry.keys or {}, entry.signature_fields)
         elif (latest := cache.latest_for_job(job.name)) is not None and latest.group_key != job.group_key:
             reasons = stale_reasons(job, latest.__dict__, cache.signature_fields(latest.signature))
         if not reasons:
@@ -154,46 +154,50 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
                                          *([describe_requests(requests)] if requests else [])),
                        (), reused, None, cands)
     reasons = []
-    if entry.get("group_key") != job.group_key:
-        reasons += stale_reasons(job, entry.get("keys", {}), entry.get("signature", {}).get("fields")) or [
+    if entry.group_key != job.group_key:
+        reasons += stale_reasons(job, entry.keys or {}, entry.signature_fields) or [
             "job keys changed"]
-    if entry.get("tolerance_key") != job.tolerance_key:
-        reasons.append(tolerance_change(job.tolerance_name, entry.get("tolerance"), job.tolerance))
-    if entry.get("candidates_key") != candidates_key(cands):
+    if entry.tolerance_key != job.tolerance_key:
+        reasons.append(tolerance_change(job.tolerance_name, entry.tolerance, job.tolerance))
+    if entry.candidates_key != candidates_key(cands):
         reasons.append("candidate routes changed (switch group or strategy)")
-    if entry.get("strategy") != {"name": job.strategy_name, "mode": job.strategy.mode}:
+    if not _same_strategy(job, entry):
         reasons.append(f"strategy changed to '{job.strategy_name}' ({job.strategy.mode})")
-    if (entry.get("selection") or {}).get("key") != selection_key(job):
+    if (entry.selection.key if entry.selection else None) != selection_key(job):
         reasons.append("selection rule changed (confirmation settings)")
     if requests:
         reasons.append(describe_requests(requests))
-    elif (entry.get("route") if entry.get("status") == "ok" else None) != sel.winner:
-        reasons.append(f"winner changed: {describe(entry.get('route') or '')} -> "
+    elif (entry.route if entry.status == "ok" else None) != sel.winner:
+        reasons.append(f"winner changed: {describe(entry.route or '')} -> "
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
         return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands)
     return _engine_check(job, entry, root, reused, cands)
 
 
-def _keys_match(job: Job, entry: dict[str, Any]) -> bool:
-    return (entry.get("status") == "ok" and entry.get("group_key") == job.group_key
-            and entry.get("tolerance_key") == job.tolerance_key
-            and entry.get("strategy") == {"name": job.strategy_name, "mode": job.strategy.mode}
-            and (entry.get("selection") or {}).get("key") == selection_key(job))
+def _same_strategy(job: Job, entry: LockEntry) -> bool:
+    locked = entry.strategy.to_data() if entry.strategy is not None else None
+    return locked == {"name": job.strategy_name, "mode": job.strategy.mode}
 
 
-def _engine_check(job: Job, entry: dict[str, Any], root: Path, reused: int,
+def _keys_match(job: Job, entry: LockEntry) -> bool:
+    return (entry.status == "ok" and entry.group_key == job.group_key
+            and entry.tolerance_key == job.tolerance_key and _same_strategy(job, entry)
+            and (entry.selection.key if entry.selection else None) == selection_key(job))
+
+
+def _engine_check(job: Job, entry: LockEntry, root: Path, reused: int,
                   cands: tuple[str, ...]) -> JobPlan:
     """Up to date, unless the materialized engine is missing or not the locked one (by size here;
     `trt-routes status` compares digests)."""
-    engine = entry.get("engine") or {}
-    if engine.get("sha256"):
-        path = root / engine.get("path", "")
+    engine = entry.engine
+    if engine is not None and engine.sha256:
+        path = root / (engine.path or "")
         if not path.is_file():
-            return JobPlan(job, "materialize", (f"engine missing at {engine.get('path')}",), (), reused,
+            return JobPlan(job, "materialize", (f"engine missing at {engine.path}",), (), reused,
                            None, cands)
-        if path.stat().st_size != engine.get("size", -1):
-            return JobPlan(job, "materialize", (f"engine at {engine.get('path')} differs from the lock",),
+        if path.stat().st_size != (-1 if engine.size is None else engine.size):
+            return JobPlan(job, "materialize", (f"engine at {engine.path} differs from the lock",),
                            (), reused, None, cands)
     return JobPlan(job, "up-to-date", ("up to date",), (), reused, None, cands)
 

@@ -21,10 +21,11 @@ from trt_routes.audit.status import JobStatus
 from trt_routes.cache.store import TrialRecord
 from trt_routes.catalog import Catalog
 from trt_routes.jobs import Job
+from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.plan.diff import Plan
 from trt_routes.report.progress import EtaColumn, TrialClock, clock_text
 from trt_routes.routes import describe
-from trt_routes.tune.apply import ApplyResult, JobOutcome
+from trt_routes.tune.outcome import ApplyResult, JobOutcome
 
 ACTION_STYLE = {"up-to-date": "green", "tune": "yellow", "reselect": "cyan", "materialize": "cyan",
                 "blocked": "red", "skipped": "dim"}
@@ -75,16 +76,17 @@ def summary_table(result: ApplyResult) -> Table:
     for col in ("job", "default ms", "chosen ms", "speedup", "chosen route", "built", "reused", "note"):
         table.add_column(col, overflow="fold")
     for o in result.outcomes:
-        entry = o.entry or {}
-        timing = entry.get("timing") or {}
-        speed = timing.get("speedup")
-        trials = entry.get("trials") or {}
+        entry = o.lock_entry or LockEntry()
+        timing = entry.timing or LockTiming()
+        speed = timing.speedup
+        trials = entry.trials
         built = o.built if o.action != "up-to-date" else 0
-        reused = o.reused if o.action != "up-to-date" else trials.get("candidates", 0)
+        reused = o.reused if o.action != "up-to-date" else (
+            trials.candidates if trials is not None and "candidates" in trials else 0)
         note = o.error or ("up to date" if o.action == "up-to-date" else o.action)
-        table.add_row(o.job.name, ms(timing.get("default_ms")), ms(timing.get("chosen_ms")),
+        table.add_row(o.job.name, ms(timing.default_ms), ms(timing.chosen_ms),
                       f"{speed:.2f}x" if speed else "-",
-                      describe(entry["route"]) if "route" in entry else "-", str(built), str(reused),
+                      describe(entry.route or "") if "route" in entry else "-", str(built), str(reused),
                       f"[red]{escape(note)}[/]" if o.error else escape(note))
     for jp in result.plan.jobs:
         if jp.action in ("blocked", "skipped"):

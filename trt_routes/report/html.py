@@ -21,6 +21,7 @@ from trt_routes.audit.explain import Explanation, explain_job
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError
 from trt_routes.jobs import Job
+from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.report.html_assets import CSS, JS
@@ -146,9 +147,9 @@ def job_report(project: Project, job: Job, ex: Explanation, lookup: LossLookup) 
         rep.state, rep.note = "unlocked", f"{sel.summary}; not locked yet: run `trt-routes apply`"
     elif sel.winner == DEFAULT_ROUTE:
         rep.state = "default"
-    speed = (lock.get("timing") or {}).get("speedup") if lock else None
+    speed = lock.timing.speedup if lock and lock.timing else None
     speed = speed if speed is not None else sel.speedup
-    locked_route = lock.get("route") if lock else sel.winner
+    locked_route = lock.route if lock else sel.winner
     if speed is None:
         rep.bar = Bar(job.name, None, note=sel.summary[:60], kind="none", anchor=rep.anchor)
     else:
@@ -195,10 +196,10 @@ def _summary_table(report: Report) -> str:
     for rep in report.jobs:
         sel = rep.ex.selection if rep.ex else None
         lock = rep.ex.lock if rep.ex else None
-        route = (lock or {}).get("route", sel.winner if sel else None)
-        timing = (lock or {}).get("timing") or {}
-        default_ms = timing.get("default_ms", sel.default_ms if sel else None)
-        chosen_ms = timing.get("chosen_ms", sel.chosen_ms if sel else None)
+        route = lock.route if lock is not None and "route" in lock else (sel.winner if sel else None)
+        timing = lock.timing if lock is not None and lock.timing is not None else LockTiming()
+        default_ms = timing.default_ms if "default_ms" in timing else (sel.default_ms if sel else None)
+        chosen_ms = timing.chosen_ms if "chosen_ms" in timing else (sel.chosen_ms if sel else None)
         rows.append(
             f'<tr class="{esc(rep.state)}"><td><a href="#{rep.anchor}">{esc(rep.job.name)}</a></td>'
             f"<td>{_badge(rep)}</td><td><code>{esc(describe(route)) if route is not None else '-'}</code></td>"
@@ -236,10 +237,10 @@ def _ratio(value: Any) -> str:
     return f"{value:.3g}x" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
 
 
-def _confirmation(lock: dict[str, Any] | None) -> str:
+def _confirmation(lock: LockEntry | None) -> str:
     """The lock's side-by-side confirmation of the job's winner: per challenger its time ratio to the
     baseline (the default route, then the locked winner) with its interval and the verdict."""
-    data = ((lock or {}).get("selection") or {}).get("confirmation") or {}
+    data = (lock.selection.confirmation if lock is not None and lock.selection is not None else None) or {}
     if not data:
         return ""
     head = '<div class="confirmation"><h3>Side-by-side confirmation (tuning.lock)</h3>'

@@ -7,24 +7,24 @@ reports as missing (``trt_routes.tune.apply``) and asks again."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
+from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
 from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key, resolve
 from trt_routes.selection.rank import LossLookup, Selection, select
 
 
-def locked_route(entry: Mapping[str, Any] | None, job: Job) -> str | None:
+def locked_route(entry: LockEntry | None, job: Job) -> str | None:
     """The route a lock entry holds as its winner, when it was chosen under the job's current selection
     rule (a changed margin or confidence is deliberate: the old winner gets no incumbency)."""
-    if not entry or entry.get("status", "ok") != "ok" or not isinstance(entry.get("route"), str):
+    if entry is None or entry.get("status", "ok") != "ok" or not isinstance(entry.route, str):
         return None
-    if (entry.get("selection") or {}).get("key") != selection_key(job):
+    if (entry.selection.key if entry.selection else None) != selection_key(job):
         return None
-    return str(entry["route"])
+    return entry.route
 
 
 def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
@@ -41,7 +41,7 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
 
 
 def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: list[str], cache: CacheStore,
-                    entry: Mapping[str, Any] | None, lookup: LossLookup | None = None,
+                    entry: LockEntry | None, lookup: LossLookup | None = None,
                     raw: Selection | None = None) -> tuple[Selection, list[Request]]:
     """(selection after confirmation, re-measurements still missing). ``raw``: the pure selection if
     the caller has it already."""

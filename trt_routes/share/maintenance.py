@@ -40,9 +40,9 @@ def _db_bytes(path: Path) -> int:
 def lock_refs(project: Project) -> tuple[set[str], set[str], set[str]]:
     """(engine shas, trial ids, signature hashes) that tuning.lock references."""
     lock = project.read_lock()
-    engines = {e.get("engine", {}).get("sha256", "") for e in lock.jobs.values()} - {""}
-    trials = {e.get("trial", "") for e in lock.jobs.values()} - {""}
-    sigs = {e.get("signature", {}).get("hash", "") for e in lock.jobs.values()} - {""}
+    engines = {e.engine_sha256 for e in lock.jobs.values()} - {""}
+    trials = {e.trial or "" for e in lock.jobs.values()} - {""}
+    sigs = {(e.signature.hash if e.signature else None) or "" for e in lock.jobs.values()} - {""}
     return engines, trials, sigs
 
 

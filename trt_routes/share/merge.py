@@ -17,11 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from filelock import FileLock, Timeout
-
 from trt_routes.artifacts import BlobStore
 from trt_routes.cache.store import CacheStore, TrialRecord, now
-from trt_routes.errors import UsageError
+from trt_routes.project import exclusive as project_exclusive
 from trt_routes.share.bundle import (
     REMEASUREMENT_FIELDS,
     SEARCH_FIELDS,
@@ -237,17 +235,9 @@ def install_blobs(store: BlobStore, staged: dict[str, Path]) -> int:
 @contextmanager
 def exclusive(project: Project, what: str) -> Iterator[None]:
     """The project's apply lock: merges and gc never interleave with an apply on the same cache."""
-    project.cache_path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(project.cache_path) + ".lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout as exc:
-        raise UsageError(f"`trt-routes apply` (or another cache command) is running on {project.cache_path}",
-                         f"run `trt-routes {what}` again when it has finished") from exc
-    try:
+    with project_exclusive(project, "`trt-routes apply` (or another cache command) is running on {cache}",
+                           f"run `trt-routes {what}` again when it has finished"):
         yield
-    finally:
-        lock.release()
 
 
 # -- export / import --------------------------------------------------------------------------------

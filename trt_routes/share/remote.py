@@ -217,7 +217,7 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
         remeasured = [r for r in remeasurements_of(cache, None) if r["key"] not in pushed_remeasurements]
         pushed_searches = set() if everything else _state(cache, remote.url, "search")
         searched = [r for r in searches_of(cache, None) if search_row_key(r) not in pushed_searches]
-        wanted = {e.get("engine", {}).get("sha256", "") for e in lock.jobs.values()}
+        wanted = {e.engine_sha256 for e in lock.jobs.values()}
         if all_engines:
             wanted |= {t.engine_sha256 for t in keep}
         state: list[tuple[str, str, str]] = []

@@ -1,0 +1,102 @@
+"""One job's reference data and trials: the tasks, running them, and the one place a trial result becomes
+a cache row. Shared by the coordinator (``trt_routes.tune.apply``) and ``apply --frozen``."""
+
+from __future__ import annotations
+
+from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.execute.base import Executor
+from trt_routes.execute.protocol import settle_spec
+from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.jobs import Job
+from trt_routes.measure import timing_stats
+from trt_routes.project import LossLookupFromBlobs, Project
+from trt_routes.routes import route_dict
+from trt_routes.tune.outcome import Reporter
+
+
+class JobFailed(Exception):
+    """A job cannot be locked: its reference run, the winner's rebuild or a frozen rebuild's check failed.
+    The message says which; it becomes the job's ``error``."""
+
+
+def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
+    # summarized here rather than in the worker: with the next trial queued behind this one, the worker is
+    # already building it while the coordinator does this
+    stats = timing_stats(result.samples, seed=job.measurement.seed,
+                         block=job.measurement.iterations) if result.samples and result.status == "ok" else None
+    return TrialRecord(
+        id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
+        signature=job.signature.hash if job.signature else "", backend=job.backend,
+        status=result.status if result.status != "ok" or stats else "crashed",
+        median_ms=stats.median if stats else None, ci_low=stats.ci_low if stats else None,
+        ci_high=stats.ci_high if stats else None, mean_ms=stats.mean if stats else None,
+        stdev_ms=stats.stdev if stats else None, samples=[float(f"{s:.6g}") for s in result.samples],
+        losses=result.losses, error=result.error, log=result.log[-20000:], build_s=result.build_s,
+        measure_s=result.measure_s, engine_sha256=result.engine_sha256,
+        outputs_sha256=result.outputs_sha256, meta=result.meta, **job.key_parts(),
+    )
+
+
+class TrialRunner:
+    """Computes jobs' references and runs their trials on one executor, recording each in one open cache."""
+
+    def __init__(self, project: Project, cache: CacheStore, reporter: Reporter, executor: Executor) -> None:
+        self.project = project
+        self.cache = cache
+        self.reporter = reporter
+        self.executor = executor
+        self.store = project.store
+        self.lookup = LossLookupFromBlobs(cache, self.store)
+
+    # -- references ------------------------------------------------------------------------
+    def reference(self, job: Job) -> tuple[str, str]:
+        """(inputs sha, outputs sha) of the job's reference data, computed once and cached."""
+        known = self.known_reference(job)
+        if known is not None:
+            return known
+        return self.reference_done(job, self.executor.run(self.reference_task(job), job.measurement.timeout_s))
+
+    def known_reference(self, job: Job) -> tuple[str, str] | None:
+        """The job's reference if it needs no run: cached with its blobs, or the manifest's own files."""
+        cached = self.cache.reference(job.reference_key)
+        if cached and self.store.has(cached[0]) and self.store.has(cached[1]):
+            return cached
+        if job.reference_shas is not None:
+            ref = job.reference
+            ins = self.store.put_file(self.project.loaded.resolve(ref.inputs))  # type: ignore[union-attr]
+            outs = self.store.put_file(self.project.loaded.resolve(ref.outputs))  # type: ignore[union-attr]
+            self.cache.add_reference(job.reference_key, ins, outs)
+            return ins, outs
+        return None
+
+    def reference_done(self, job: Job, result: TaskResult) -> tuple[str, str]:
+        """Cache a reference run's result; JobFailed when it failed."""
+        if result.status != "ok":
+            raise JobFailed(f"reference run failed ({result.status}): {result.error}")
+        self.cache.add_reference(job.reference_key, result.inputs_sha256, result.outputs_sha256)
+        return result.inputs_sha256, result.outputs_sha256
+
+    def reference_task(self, job: Job) -> ReferenceTask:
+        return ReferenceTask(backend=job.backend, spec=job.build_spec({}), store_root=str(self.store.root),
+                             inputs=job.inputs, seed=job.measurement.seed)
+
+    # -- trials ----------------------------------------------------------------------------
+    def trial_task(self, job: Job, route: str, ref: tuple[str, str]) -> TrialTask:
+        return TrialTask(
+            backend=job.backend, spec=job.build_spec(route_dict(route)), store_root=str(self.store.root),
+            inputs_sha=ref[0], reference_sha=ref[1], l0_params=job.l0_params,
+            warmup=job.measurement.warmup, iterations=job.measurement.iterations,
+            repeats=job.measurement.repeats, seed=job.measurement.seed,
+            settle=settle_spec(job.measurement.settle),
+        )
+
+    def run_trial(self, job: Job, route: str, ref: tuple[str, str]) -> TrialRecord:
+        result = self.executor.run(self.trial_task(job, route, ref), job.measurement.timeout_s)
+        return self.record(job, route, result)
+
+    def record(self, job: Job, route: str, result: TaskResult) -> TrialRecord:
+        """The one place a trial result becomes a cache row (the coordinator is the only writer)."""
+        record = to_record(job, route, result)
+        self.cache.add_trial(record, job.signature.fields if job.signature else None)
+        self.reporter.trial_done(job, record)
+        return record
