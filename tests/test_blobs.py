@@ -85,7 +85,7 @@ def test_materialize_never_copies_a_corrupt_blob(tmp_path: Path) -> None:
 
 def _engine(manifest: Path) -> tuple[Path, dict[str, object]]:
     lock = Lockfile.read(manifest.parent / "tuning.lock")
-    name, entry = sorted(lock.jobs.items())[0]
+    _, entry = sorted(lock.jobs.items())[0]
     return manifest.parent / entry["engine"]["path"], entry
 
 
@@ -124,7 +124,7 @@ def test_a_corrupt_blob_is_rebuilt_not_materialized(tuned: Path, tmp_path: Path)
     sha = str(entry["engine"]["sha256"])  # type: ignore[index]
     _flip(store.path(sha))
     engine.unlink()
-    code, out = cli("plan", "-m", str(manifest))
+    _, out = cli("plan", "-m", str(manifest))
     assert "engine missing" in out
     result = apply(open_project(manifest))
     assert result.exit_code == 0 and result.built >= 1  # the corrupt blob read as missing: rebuilt

@@ -145,7 +145,7 @@ def test_a_planted_blob_is_never_served(node_dir: Path, tmp_path: Path) -> None:
     spec = BuildSpec(model_path=str(model), route={}, profile={})
     task = TrialTask(backend="onnxruntime", spec=spec, store_root=str(tmp_path / "store"), inputs_sha="",
                      reference_sha="", l0_params=(), warmup=0, iterations=1, repeats=1)
-    shipment, blobs = remote.ship(task)
+    shipment, _ = remote.ship(task)
     root = remote.node_root()
     planted = BlobStore(root / "blobs")  # where the old node cache lived: a file planted under the model's name
     planted.path(sha).parent.mkdir(parents=True)

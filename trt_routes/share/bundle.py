@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from trt_routes import __version__, canonical
 from trt_routes.cache.store import STATUSES, TrialRecord, now
@@ -506,7 +506,7 @@ def read_bundle(source: Path, staging_root: Path | None = None, *, label: str | 
             magic = raw.read(2)
             raw.seek(0)
             cap = expansion_cap(os.fstat(raw.fileno()).st_size)
-            inner: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+            inner: IO[bytes] = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if magic == b"\x1f\x8b" else raw
             stream = io.BufferedReader(_Capped(inner, cap, where), 1 << 16)
             with tarfile.open(fileobj=stream, mode="r|") as tar:
                 return _read_members(tar, where, staging_root, cap)
@@ -572,7 +572,7 @@ def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None, c
             f = tar.extractfile(member)
             assert f is not None
             with open(dest, "wb") as out:
-                got = _read_exact(f, member.size, out.write)
+                got = _read_exact(f, member.size, _writer(out))
             if got != sha:
                 raise BundleError(f"{where}: blob {sha} is corrupt or tampered: its bytes hash to {got}",
                                   "nothing from this bundle was merged; ask for a fresh export")
@@ -592,6 +592,12 @@ def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None, c
     except BaseException:
         bundle.discard()
         raise
+
+
+def _writer(out: IO[bytes]) -> Callable[[bytes], None]:
+    def write(block: bytes) -> None:
+        out.write(block)
+    return write
 
 
 def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> bytes:

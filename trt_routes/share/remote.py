@@ -161,7 +161,8 @@ class Remote:
         folder = self.path("segments")
         if not self.exists(folder):
             return [], []
-        shas, other = [], []
+        shas: list[str] = []
+        other: list[str] = []
         for entry in self.fs.ls(folder, detail=False):
             name = str(entry).rstrip("/").rsplit("/", 1)[-1]
             match = _SEGMENT.match(name)
