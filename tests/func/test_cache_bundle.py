@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _project import copy_project
 from _sharing import fresh_clone, machine, trial_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -320,3 +321,35 @@ def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) ->
     bad = _write(tmp_path / "bad.tar.gz", _rehash(_members(out), "remeasurements.jsonl", b'{"key": 1}\n'))
     with pytest.raises(BundleError, match="re-measurement row"):
         read_bundle(bad)
+
+
+def test_imported_free_text_is_sanitized_and_local_trials_stand(tuned: Path, exported: Path, tmp_path: Path) -> None:
+    """A bundle whose rows carry escape sequences in their error and log is imported with them stripped;
+    rows that claim a local trial's id (the default route 'crashed', dated 1999) leave it and the lock
+    alone."""
+    from trt_routes.text import sanitize
+
+    c = copy_project(tuned, tmp_path / "c")
+    lock_before = (tmp_path / "c" / "tuning.lock").read_bytes()
+    local = {t.id: t for t in machine(c).open_cache().all_trials()}
+    default = next(t for t in local.values() if t.route == "")
+
+    rows = [json.loads(line) for line in _trials(_members(exported)).splitlines()]
+    for row in rows:
+        if row["id"] == default.id:
+            row.update(status="crashed", error="\x1b[2J\x1b]0;owned\x07boom\x9b1m", median_ms=None, ci_low=None,
+                       ci_high=None, mean_ms=None, samples=[], created_at="1999-01-01T00:00:00Z",
+                       log="ok\x1b[31m red\x1b[0m")
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    bad = _write(tmp_path / "forged.tar.gz", _rehash(_members(exported), "trials.jsonl", data))
+    report = import_bundle(machine(c), bad)
+    assert report.kept == 1 and report.replaced == 0 and report.added == 0
+    with machine(c).open_cache() as cache:
+        assert cache.get(default.id) == default  # ours stands
+    assert (tmp_path / "c" / "tuning.lock").read_bytes() == lock_before
+    fresh = fresh_clone(tuned, tmp_path / "f")
+    import_bundle(machine(fresh), bad)
+    with machine(fresh).open_cache() as cache:
+        got = cache.get(default.id)
+    assert got is not None and got.error == "boom" and got.log == "ok red" and "\x1b" not in got.error
+    assert sanitize("a\x1b[1mb\x07c\u202ed") == "abcd"
