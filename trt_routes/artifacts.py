@@ -1,19 +1,28 @@
 """Content-addressed blobs (engines, arrays) and atomic file writes.
 
 A blob lives at ``root/ab/abcdef...`` named by the sha256 of its bytes. Writers go through a
-temporary file in the same folder, fsync and rename, so a killed run leaves no partial blob."""
+temporary file in the same folder, fsync and rename, so a killed run leaves no partial blob. A name is
+never trusted: a blob is checked against its digest when it is written over an existing file, when it
+is materialized and whenever ``has`` vouches for it (a corrupt blob is evicted and reads as missing, so
+callers rebuild or re-fetch it). Hashes are remembered per (size, mtime, ctime, inode), so a file that
+did not change is hashed once per process, and a materialized file's digest is kept beside it
+(``.trt-routes-digests.json``) so `plan` can check it without reading it again."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
-import shutil
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from trt_routes.canonical import file_sha256
+from trt_routes.errors import CacheError
 
 
 def _fsync_dir(path: Path) -> None:
@@ -64,17 +73,94 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_copy(src: Path, dest: Path) -> None:
+def atomic_copy(src: Path, dest: Path, *, expect: str | None = None) -> str:
+    """Copy ``src`` to ``dest`` atomically, hashing the bytes as they are copied; returns their sha256.
+    With ``expect``, bytes that hash differently never reach ``dest`` (CacheError)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.fchmod(fd, _FILE_MODE)
-    os.close(fd)
+    h = hashlib.sha256()
     try:
-        shutil.copyfile(src, tmp)
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+                out.write(block)
+        got = h.hexdigest()
+        if expect is not None and got != expect:
+            raise CacheError(f"{src} is corrupt: its bytes hash to {got[:16]}..., not to its name {expect[:16]}...",
+                             "it was evicted; run `trt-routes apply` again (it rebuilds or re-fetches it)")
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return got
+
+
+# -- digests remembered by stat ------------------------------------------------------------------
+def stat_key(st: os.stat_result) -> list[int]:
+    """What changes whenever a file's bytes may have: size, mtime, ctime (not settable by users), inode."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+_SEEN: dict[tuple[str, tuple[int, ...]], str] = {}  # (path, stat key) -> sha256, this process
+_SEEN_LOCK = threading.Lock()
+
+
+def cached_sha256(path: Path) -> str:
+    """sha256 of ``path``'s bytes, hashed once per process while its stat stays the same."""
+    key = (str(path), tuple(stat_key(os.stat(path))))
+    with _SEEN_LOCK:
+        sha = _SEEN.get(key)
+    if sha is None:
+        sha = file_sha256(path)
+        with _SEEN_LOCK:
+            if len(_SEEN) > 100_000:
+                _SEEN.clear()
+            _SEEN[key] = sha
+    return sha
+
+
+DIGESTS = ".trt-routes-digests.json"
+_MAX_DIGESTS_BYTES = 4 << 20
+
+
+def _read_digests(folder: Path) -> dict[str, Any]:
+    try:
+        with open(folder / DIGESTS, "rb") as f:
+            data = json.loads(f.read(_MAX_DIGESTS_BYTES + 1)[:_MAX_DIGESTS_BYTES])
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def recorded_sha256(path: Path) -> str | None:
+    """The digest recorded for ``path`` when it was materialized, if its stat has not changed since."""
+    try:
+        key = stat_key(os.stat(path))
+    except OSError:
+        return None
+    entry = _read_digests(path.parent).get(path.name)
+    if isinstance(entry, dict) and entry.get("stat") == key and isinstance(entry.get("sha256"), str):
+        return str(entry["sha256"])
+    return None
+
+
+def file_digest(path: Path) -> str:
+    """``path``'s sha256: the recorded one while its stat is unchanged, else hashed (no plan stays slow
+    for a file materialized by trt-routes; any change to the bytes is seen)."""
+    return recorded_sha256(path) or cached_sha256(path)
+
+
+def record_sha256(path: Path, sha: str) -> None:
+    """Remember ``sha`` for ``path``'s current stat in its folder's digest file (best effort)."""
+    try:
+        data = _read_digests(path.parent)
+        data[path.name] = {"sha256": sha, "stat": stat_key(os.stat(path))}
+        data = {k: v for k, v in data.items() if (path.parent / k).is_file()}
+        atomic_write_bytes(path.parent / DIGESTS, json.dumps(data, sort_keys=True, indent=1).encode(),
+                           durable=False)
+    except OSError:
+        pass  # only a speed-up: plan hashes the file instead
 
 
 class BlobStore:
@@ -82,32 +168,51 @@ class BlobStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.evicted: list[str] = []  # blobs found corrupt (and removed) by this object
 
     def path(self, sha: str) -> Path:
         return self.root / sha[:2] / sha
 
+    def exists(self, sha: str) -> bool:
+        """A file of that name is there (its bytes unchecked: ``has`` checks them)."""
+        return bool(sha) and len(sha) == 64 and self.path(sha).is_file()
+
     def has(self, sha: str) -> bool:
-        return bool(sha) and self.path(sha).is_file()
+        """True when blob ``sha`` is here and its bytes hash to its name. A corrupt blob is evicted, so it
+        reads as missing and the caller rebuilds or re-fetches it."""
+        if not self.exists(sha):
+            return False
+        try:
+            if cached_sha256(self.path(sha)) == sha:
+                return True
+        except OSError:
+            return False
+        self.evict(sha)
+        return False
+
+    def evict(self, sha: str) -> None:
+        self.path(sha).unlink(missing_ok=True)
+        self.evicted.append(sha)
 
     def put_file(self, src: Path, *, move: bool = False) -> str:
-        """Store ``src`` by its digest; returns the sha256."""
+        """Store ``src`` by its digest; returns the sha256. A file already under that name is kept only
+        when its bytes hash to it (a corrupt one is replaced by these verified bytes)."""
         sha = file_sha256(src)
         dest = self.path(sha)
-        if not dest.is_file():
+        if self.has(sha):
             if move:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dest)
-            else:
-                atomic_copy(src, dest)
-        elif move:
-            Path(src).unlink(missing_ok=True)
+                Path(src).unlink(missing_ok=True)
+            return sha
+        if move:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dest)
+        else:
+            atomic_copy(src, dest, expect=sha)
         return sha
 
     def put_bytes(self, data: bytes) -> str:
-        import hashlib
-
         sha = hashlib.sha256(data).hexdigest()
-        if not self.path(sha).is_file():
+        if not self.has(sha):
             atomic_write_bytes(self.path(sha), data, durable=False)
         return sha
 
@@ -117,18 +222,37 @@ class BlobStore:
         return self.put_bytes(buf.getvalue())
 
     def get_arrays(self, sha: str) -> dict[str, np.ndarray]:
+        if not self.has(sha):
+            raise CacheError(f"array blob {sha[:16]}... in {self.root} is missing or corrupt",
+                             "run `trt-routes apply` again: it re-measures what it needs")
         with np.load(self.path(sha), allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
 
     def verify(self, sha: str) -> bool:
-        """True when the blob exists and its bytes still hash to its name."""
-        return self.has(sha) and file_sha256(self.path(sha)) == sha
+        """True when the blob exists and its bytes still hash to its name (hashed again, not remembered)."""
+        ok = self.exists(sha) and file_sha256(self.path(sha)) == sha
+        if self.exists(sha) and not ok:
+            self.evict(sha)
+        return ok
 
     def materialize(self, sha: str, dest: Path) -> bool:
-        """Copy blob ``sha`` to ``dest`` unless it is already there; True when it copied."""
-        if dest.is_file() and file_sha256(dest) == sha:
-            return False
-        atomic_copy(self.path(sha), dest)
+        """Copy blob ``sha`` to ``dest`` unless it is already there; True when it copied. The bytes are
+        hashed as they are copied: a corrupt blob is evicted and never reaches ``dest`` (CacheError)."""
+        try:
+            if dest.is_file() and file_digest(dest) == sha:
+                record_sha256(dest, sha)
+                return False
+        except OSError:
+            pass
+        if not self.exists(sha):
+            raise CacheError(f"blob {sha[:16]}... is not in {self.root}",
+                             "run `trt-routes apply` again: it rebuilds the engine")
+        try:
+            atomic_copy(self.path(sha), dest, expect=sha)
+        except CacheError:
+            self.evict(sha)
+            raise
+        record_sha256(dest, sha)
         return True
 
     def iter_shas(self) -> list[str]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _project import copy_project
 from _sharing import fresh_clone, machine, trial_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -202,6 +203,7 @@ def _trial(sig: int, route: str, when: int, host: str, median: float, status: st
                     model_digest="m" * 64, shape_key="s" * 16, settings_key="e" * 16, protocol_key="p" * 16,
                     reference_key="r" * 16, backend="onnxruntime", status=status,
                     median_ms=median if status == "ok" else None, samples=[median, median * 1.01],
+                    engine_sha256="e" * 64 if status == "ok" else "", error="" if status == "ok" else "boom",
                     losses={"y": {"cos": median / 1e6, "lInf": float("nan")}}, created_at=f"2025-01-0{when}T00:00:00Z",
                     host=host)
     t.group_key = expected_group_key(t)
@@ -233,8 +235,10 @@ def _segment_bundle(trials: list[TrialRecord], folder: Path, n: int) -> Path:
 
 @settings(max_examples=25, deadline=None)
 @given(trials=trials_st, cuts=st.lists(st.integers(0, 16), max_size=3), order=st.randoms(use_true_random=False))
-def test_merge_is_idempotent_and_order_independent(trials: list[TrialRecord], cuts: list[int],
-                                                   order: object) -> None:
+def test_merge_is_idempotent_and_never_replaces_a_local_row(trials: list[TrialRecord], cuts: list[int],
+                                                           order: object) -> None:
+    """Per id, the first row to arrive stands (a later import never replaces it); merging again changes
+    nothing; and the rows of any order hold the same ids."""
     bounds = sorted({0, len(trials), *(min(c, len(trials)) for c in cuts)})
     segments = [trials[a:b] for a, b in itertools.pairwise(bounds)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,21 +246,22 @@ def test_merge_is_idempotent_and_order_independent(trials: list[TrialRecord], cu
         paths = [_segment_bundle(s, root, i) for i, s in enumerate(segments)]
         shuffled = list(paths)
         order.shuffle(shuffled)  # type: ignore[attr-defined]
-        tables = []
+        tables = {}
         for name, sequence in (("forward", paths), ("shuffled", shuffled), ("twice", [*shuffled, *paths])):
             with CacheStore(root / f"{name}.sqlite") as cache:
+                first: dict[str, TrialRecord] = {}
                 for p in sequence:
                     b = read_bundle(p)
+                    for t in b.trials:
+                        first.setdefault(t.id, t)
                     merge(cache, b.trials, b.signatures, b.references)
-                tables.append([tuple(r) for r in cache.db.execute("SELECT * FROM trials ORDER BY id")])
-        assert tables[0] == tables[1] == tables[2]
-        best = _earliest(trials)  # the rule: per id, the earliest (created_at, host, content)
-        assert len(tables[0]) == len(best)
-        with CacheStore(root / "forward.sqlite") as cache:
-            for tid, t in best.items():
-                got = cache.get(tid)
-                assert got is not None and (got.created_at, got.host) == (t.created_at, t.host)
-                assert got.samples == t.samples  # floats survive the bundle exactly
+                tables[name] = [tuple(r) for r in cache.db.execute("SELECT * FROM trials ORDER BY id")]
+                for tid, t in first.items():  # the rule: the row that arrived first stands
+                    got = cache.get(tid)
+                    assert got is not None and (got.created_at, got.host) == (t.created_at, t.host)
+                    assert got.samples == t.samples  # floats survive the bundle exactly
+        assert tables["shuffled"] == tables["twice"]  # idempotent
+        assert {r[0] for r in tables["forward"]} == {r[0] for r in tables["shuffled"]} == set(_earliest(trials))
 
 
 def test_local_trials_and_conflicts(tmp_path: Path) -> None:
@@ -264,11 +269,12 @@ def test_local_trials_and_conflicts(tmp_path: Path) -> None:
     sig = {canonical.digest(SIGS[0], 16): SIGS[0]}
     with CacheStore(tmp_path / "c.sqlite") as cache:
         cache.add_trial(late, SIGS[0])
-        report = merge(cache, [early], sig)
+        report = merge(cache, [early], sig)  # an earlier-dated incoming row does not replace ours
+        assert report.kept == 1 and report.replaced == 0
+        assert cache.get(early.id).median_ms == 2.0  # type: ignore[union-attr]
+        assert "conflicting (1 kept ours)" in report.text()
+        report = merge(cache, [early], sig, prefer_incoming=True)  # unless asked for
         assert report.replaced == 1 and cache.get(early.id).median_ms == 1.0  # type: ignore[union-attr]
-        report = merge(cache, [late], sig)
-        assert report.kept == 1 and cache.get(early.id).median_ms == 1.0  # type: ignore[union-attr]
-        assert "conflicting" in report.text()
 
 
 def test_export_only_pattern_and_json(tuned: Path, tmp_path: Path) -> None:
@@ -290,7 +296,8 @@ def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) ->
         searches = [tuple(r) for r in cache.db.execute("SELECT * FROM searches ORDER BY group_key")]
         t = cache.all_trials()[0]
         row = {"key": "test-" + t.group_key, "group_key": t.group_key, "job": t.job, "baseline": "",
-               "challengers": json.dumps([t.route]), "data": json.dumps({"baseline": "", "challengers": [t.route]}),
+               "challengers": json.dumps([t.route]), "data": json.dumps({"baseline": "", "challengers": [t.route],
+                                                                  "slots": [["", 1.0], [t.route, 0.9]]}),
                "created_at": "2025-01-01T00:00:00Z", "host": "h", "tool_version": "0"}
         with cache.db.conn:
             cache.db["remeasurements"].insert(row, replace=True)
@@ -314,3 +321,35 @@ def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) ->
     bad = _write(tmp_path / "bad.tar.gz", _rehash(_members(out), "remeasurements.jsonl", b'{"key": 1}\n'))
     with pytest.raises(BundleError, match="re-measurement row"):
         read_bundle(bad)
+
+
+def test_imported_free_text_is_sanitized_and_local_trials_stand(tuned: Path, exported: Path, tmp_path: Path) -> None:
+    """A bundle whose rows carry escape sequences in their error and log is imported with them stripped;
+    rows that claim a local trial's id (the default route 'crashed', dated 1999) leave it and the lock
+    alone."""
+    from trt_routes.text import sanitize
+
+    c = copy_project(tuned, tmp_path / "c")
+    lock_before = (tmp_path / "c" / "tuning.lock").read_bytes()
+    local = {t.id: t for t in machine(c).open_cache().all_trials()}
+    default = next(t for t in local.values() if t.route == "")
+
+    rows = [json.loads(line) for line in _trials(_members(exported)).splitlines()]
+    for row in rows:
+        if row["id"] == default.id:
+            row.update(status="crashed", error="\x1b[2J\x1b]0;owned\x07boom\x9b1m", median_ms=None, ci_low=None,
+                       ci_high=None, mean_ms=None, samples=[], created_at="1999-01-01T00:00:00Z",
+                       log="ok\x1b[31m red\x1b[0m")
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    bad = _write(tmp_path / "forged.tar.gz", _rehash(_members(exported), "trials.jsonl", data))
+    report = import_bundle(machine(c), bad)
+    assert report.kept == 1 and report.replaced == 0 and report.added == 0
+    with machine(c).open_cache() as cache:
+        assert cache.get(default.id) == default  # ours stands
+    assert (tmp_path / "c" / "tuning.lock").read_bytes() == lock_before
+    fresh = fresh_clone(tuned, tmp_path / "f")
+    import_bundle(machine(fresh), bad)
+    with machine(fresh).open_cache() as cache:
+        got = cache.get(default.id)
+    assert got is not None and got.error == "boom" and got.log == "ok red" and "\x1b" not in got.error
+    assert sanitize("a\x1b[1mb\x07c\u202ed") == "abcd"

@@ -221,3 +221,27 @@ def test_a_pulled_adaptive_cache_leaves_nothing_to_plan_build_or_remeasure(
     assert Lockfile.read(b.parent / "tuning.lock").jobs.keys() == Lockfile.read(a.parent / "tuning.lock").jobs.keys()
     for name, entry in Lockfile.read(a.parent / "tuning.lock").jobs.items():
         assert Lockfile.read(b.parent / "tuning.lock").jobs[name]["route"] == entry["route"]
+
+
+def test_credentials_are_never_stored_with_a_remote(a: Path, tmp_path: Path) -> None:
+    """Secret-looking options and URLs with user:password@ are refused on the command line; given through
+    the Python API, what is remembered in the cache is redacted."""
+    import json as json_
+
+    from trt_routes.share.remote import parse_options, remember
+
+    for pair in ("key=AKIA", "secret=s", "token=t", "aws_session_token=t", "password=p",
+                 "endpoint_url=http://AK:SK@127.0.0.1:9000"):
+        with pytest.raises(UsageError, match="credential"):
+            parse_options([pair])
+    with pytest.raises(UsageError, match="carries credentials"):
+        normalize_url("s3://AK:SK@bucket/prefix")
+    assert parse_options(["endpoint_url=http://127.0.0.1:9000"]) == {"endpoint_url": "http://127.0.0.1:9000"}
+    remote = Remote(str(tmp_path / "r"), {"auto_mkdir": "true"})
+    remote.options.update({"secret": "s3cr3t", "endpoint_url": "http://AK:SK@host:9000", "client_token": "t0k"})
+    with machine(a).open_cache() as cache:
+        remember(cache, remote, pulled=False)
+        stored = cache.db.execute("SELECT options FROM remotes WHERE url = ?", [remote.url]).fetchone()[0]
+    assert json_.loads(stored) == {"auto_mkdir": "true", "endpoint_url": "http://host:9000"}
+    raw = (a.parent / "caches" / "trials.sqlite").read_bytes()
+    assert b"s3cr3t" not in raw and b"AK:SK" not in raw and b"t0k" not in raw

@@ -111,3 +111,13 @@ def test_saved_plan_usage_errors(tuned: Path, tmp_path: Path) -> None:
     saved.write_text(json.dumps(data))
     code, out = cli("apply", "--plan", str(saved), "-m", str(manifest))
     assert code == 2 and "plan format version 99 is newer" in out
+
+
+def test_a_deeply_nested_saved_plan_is_a_clear_error(tuned: Path, tmp_path: Path) -> None:
+    manifest = copy_project(tuned, tmp_path / "p")
+    for depth in (100, 200_000):  # past the depth limit, and past Python's recursion limit
+        deep = tmp_path / f"deep{depth}.json"
+        deep.write_text('{"format": ' + "[" * depth + "]" * depth + "}")
+        code, out = cli("apply", "--plan", str(deep), "-m", str(manifest))
+        assert code == 2 and "nested deeper than" in out and str(deep) in out.replace("\n", "")
+        assert "Traceback" not in out and "RecursionError" not in out

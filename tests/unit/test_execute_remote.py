@@ -49,9 +49,8 @@ def test_a_shipped_trial_runs_on_a_node_that_shares_no_files(
     result, produced = remote.run_shipped(shipment, 60, {}, payload, job.target_data["device"])
     assert result.status == "ok", result.error
     assert set(produced) == {result.engine_sha256, result.outputs_sha256}
-    # the node staged its own copies: the model under its digest, nothing left from the task's scratch
-    assert (node_dir / "models" / shipment.model_sha / Path(job.model_path).name).is_file()
-    assert not any((node_dir / "tasks").iterdir())
+    # the node staged into a private folder of its own per task, and left nothing behind
+    assert (node_dir.stat().st_mode & 0o777) == 0o700 and not any(node_dir.iterdir())
     fresh = BlobStore(tmp_path / "coordinator")
     assert remote.receive(result, produced, fresh) is result
     assert fresh.verify(result.engine_sha256) and fresh.verify(result.outputs_sha256)
@@ -103,10 +102,57 @@ def test_a_shipped_side_by_side_remeasurement_runs_on_the_node(
     assert all(ms > 0 for _, ms in result.meta["slots"]) and produced == {}
     # every engine's spec was pointed at the node's copy of the model, not the coordinator's path
     local, scratch = remote.stage(shipment, payload, node_dir)
-    model = str(node_dir / "models" / shipment.model_sha / Path(job.model_path).name)
+    model = str(scratch / "model" / Path(job.model_path).name)
     assert {spec.model_path for _, spec, _ in local.engines} == {local.spec.model_path} == {model}
     assert local.store_root == str(scratch)
     # and it refuses to decide a winner on hardware other than its job's
     expect = {**job.target_data["device"], "cpu_model": "Some Other CPU"}
     with pytest.raises(remote.HardwareMismatch):
         remote.run_shipped(shipment, 60, {}, payload, expect)
+
+
+def test_staging_refuses_a_folder_it_does_not_own_privately(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A predictable staging path another user (or a careless umask) could write to is refused, and a
+    link planted there is never followed."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("TRT_ROUTES_NODE_DIR", str(shared))
+    with pytest.raises(remote.StagingError, match="not a private folder"):
+        remote.node_root()
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    monkeypatch.setenv("TRT_ROUTES_NODE_DIR", str(link))
+    with pytest.raises(remote.StagingError, match="a link"):
+        remote.node_root()
+    monkeypatch.setenv("TRT_ROUTES_NODE_DIR", str(tmp_path / "fresh"))
+    assert (remote.node_root().stat().st_mode & 0o777) == 0o700
+
+
+def test_a_planted_blob_is_never_served(node_dir: Path, tmp_path: Path) -> None:
+    """Every staged blob is written from the shipped bytes after checking their digest: a file planted
+    under a blob's name on the node (or bytes corrupted in transit) never reaches the task."""
+    import hashlib
+
+    from trt_routes.backends.base import BuildSpec
+    from trt_routes.execute.tasks import TrialTask
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"the real model")
+    sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    spec = BuildSpec(model_path=str(model), route={}, profile={})
+    task = TrialTask(backend="onnxruntime", spec=spec, store_root=str(tmp_path / "store"), inputs_sha="",
+                     reference_sha="", l0_params=(), warmup=0, iterations=1, repeats=1)
+    shipment, _ = remote.ship(task)
+    root = remote.node_root()
+    planted = BlobStore(root / "blobs")  # where the old node cache lived: a file planted under the model's name
+    planted.path(sha).parent.mkdir(parents=True)
+    planted.path(sha).write_bytes(b"a planted model")
+    local, scratch = remote.stage(shipment, [b"the real model"], root)
+    assert Path(local.spec.model_path).read_bytes() == b"the real model"
+    assert scratch.parent == root and (scratch.stat().st_mode & 0o777) == 0o700
+    with pytest.raises(ValueError, match="arrived corrupted"):
+        remote.stage(shipment, [b"tampered in transit"], root)
+    assert sorted(p.name for p in root.iterdir()) == sorted(["blobs", scratch.name])  # the failed one cleaned

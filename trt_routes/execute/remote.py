@@ -8,18 +8,20 @@ outputs), which the coordinator puts in its own BlobStore. Nothing here imports 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trt_routes.artifacts import BlobStore
+from trt_routes.artifacts import BlobStore, atomic_copy
 from trt_routes.backends.base import BuildSpec
 from trt_routes.errors import UsageError
 from trt_routes.execute.local import LocalExecutor
@@ -83,39 +85,48 @@ def ship(task: Any) -> tuple[Shipment, list[tuple[str, Path]]]:
     return Shipment(task, model.name, model_sha, tuple(sha for sha, _ in blobs)), blobs
 
 
+class StagingError(RuntimeError):
+    """The node's staging folder is not private to this user (someone else could plant files in it)."""
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a folder only this user can reach: created with mode 0700, and refused when it is a
+    link, belongs to another user, or lets group or others in (a planted folder is never used)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise StagingError(f"{path} is not a private folder of this user (a link, another owner, or open to "
+                           f"group/others: mode {stat.S_IMODE(st.st_mode):o}, owner {st.st_uid}); refusing to "
+                           "stage models there: remove it, or set TRT_ROUTES_NODE_DIR to a private folder")
+    return path
+
+
 def node_root() -> Path:
-    """This node's staging folder (per user), shared by every worker of the node."""
-    root = Path(os.environ.get("TRT_ROUTES_NODE_DIR") or Path(tempfile.gettempdir()) / f"trt-routes-node-{os.getuid()}")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def _link(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists():
-        return
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)
+    """This node's staging folder for this user: private (0700, owner checked). Each task stages into
+    its own fresh folder under it (``stage``)."""
+    base = os.environ.get("TRT_ROUTES_NODE_DIR")
+    return private_dir(Path(base) if base else Path(tempfile.gettempdir()) / f"trt-routes-node-{os.getuid()}")
 
 
 def stage(shipment: Shipment, blobs: list[bytes], root: Path) -> tuple[Any, Path]:
-    """Write the shipped bytes into the node cache; return the task rewritten to local paths and its
-    scratch store (delete it when done)."""
-    cache = BlobStore(root / "blobs")
-    for sha, data in zip(shipment.blob_shas, blobs, strict=True):
-        if not cache.has(sha):
+    """Write the shipped bytes, each verified by its digest, into a fresh private folder for this task
+    (mkdtemp: mode 0700, under the checked ``root``); return the task rewritten to local paths and that
+    folder (delete it when done). Nothing already on the node is trusted or served."""
+    private_dir(root)
+    scratch = Path(tempfile.mkdtemp(prefix="task-", dir=root))
+    try:
+        store = BlobStore(scratch)
+        for sha, data in zip(shipment.blob_shas, blobs, strict=True):
             if hashlib.sha256(data).hexdigest() != sha:
                 raise ValueError(f"blob {sha[:12]} arrived corrupted")
-            cache.put_bytes(data)
-    model = root / "models" / shipment.model_sha / shipment.model_name
-    _link(cache.path(shipment.model_sha), model)
-    (root / "tasks").mkdir(exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="task-", dir=root / "tasks"))
-    store = BlobStore(scratch)
-    for sha in shipment.blob_shas:  # the model too: a task may name the same bytes as one of its blobs
-        _link(cache.path(sha), store.path(sha))
+            store.put_bytes(data)
+        model = scratch / "model" / shipment.model_name
+        model.parent.mkdir()
+        atomic_copy(store.path(shipment.model_sha), model, expect=shipment.model_sha)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     return localize(shipment.task, str(model), str(scratch)), scratch
 
 
@@ -133,13 +144,16 @@ def localize(task: Any, model_path: str, store_root: str) -> Any:
 
 
 def collect(result: TaskResult, scratch: Path) -> dict[str, bytes]:
-    """The bytes of every blob ``result`` names that the task wrote into its scratch store."""
+    """The bytes of every blob ``result`` names that the task wrote into its scratch store (read once and
+    checked against their name: the coordinator checks them again)."""
     store = BlobStore(scratch)
     out: dict[str, bytes] = {}
     for name in RESULT_BLOBS:
         sha = getattr(result, name)
-        if sha and store.has(sha):
-            out[sha] = store.path(sha).read_bytes()
+        if sha and store.exists(sha):
+            data = store.path(sha).read_bytes()
+            if hashlib.sha256(data).hexdigest() == sha:
+                out[sha] = data
     return out
 
 

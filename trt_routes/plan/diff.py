@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes import canonical
+from trt_routes.artifacts import file_digest
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
@@ -188,8 +189,8 @@ def _keys_match(job: Job, entry: LockEntry) -> bool:
 
 def _engine_check(job: Job, entry: LockEntry, root: Path, reused: int,
                   cands: tuple[str, ...]) -> JobPlan:
-    """Up to date, unless the materialized engine is missing or not the locked one (by size here;
-    `trt-routes status` compares digests)."""
+    """Up to date, unless the materialized engine is missing or not the locked one: its size, then its
+    sha256 (remembered by stat when trt-routes materialized it, so a no-op plan reads no engine)."""
     engine = entry.engine
     if engine is not None and engine.sha256:
         path = root / (engine.path or "")
@@ -198,6 +199,14 @@ def _engine_check(job: Job, entry: LockEntry, root: Path, reused: int,
                            None, cands)
         if path.stat().st_size != (-1 if engine.size is None else engine.size):
             return JobPlan(job, "materialize", (f"engine at {engine.path} differs from the lock",),
+                           (), reused, None, cands)
+        try:
+            got = file_digest(path)
+        except OSError as exc:
+            got = f"unreadable ({exc.strerror})"
+        if got != engine.sha256:
+            return JobPlan(job, "materialize", (f"engine at {engine.path} is corrupt or was changed: its "
+                                                f"bytes hash to {got[:12]}, the lock says {engine.sha256[:12]}",),
                            (), reused, None, cands)
     return JobPlan(job, "up-to-date", ("up to date",), (), reused, None, cands)
 

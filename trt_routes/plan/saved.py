@@ -20,6 +20,7 @@ from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import Plan, stale_reasons
 from trt_routes.project import Project
+from trt_routes.text import loads_bounded
 
 PLAN_FORMAT = "trt-routes-plan"
 PLAN_VERSION = 1
@@ -100,7 +101,7 @@ def load_plan(path: Path) -> SavedPlan:
     """Read a plan written by ``plan --out``; anything else is refused with a clear message."""
     hint = "make one with `trt-routes plan --out FILE`"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = loads_bounded(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise UsageError(f"no saved plan at {path}", hint) from exc
     except (OSError, ValueError) as exc:

@@ -2,8 +2,13 @@
 Lines tables (trials, signatures, references) and content-addressed blobs (``blobs/<sha256>``).
 
 Reading trusts nothing: format and version, every member's name, type, size and sha256, the schema and
-keys of every row. Member names are matched against a fixed allow-list and never become paths; a blob
-is staged under the store and named only by the digest of the bytes actually read."""
+keys of every row, and every row as data (finite, positive timings consistent with their samples,
+canonical routes, statuses consistent with their fields, search states within bounds, identity fields
+free of terminal control; free text is sanitized). Member names are matched against a fixed allow-list
+and never become paths; a blob is staged under the store and named only by the digest of the bytes
+actually read. Sizes are capped before anything is written: what a bundle may decompress to is bounded
+by its size on disk (``MAX_EXPANSION``), declared sizes are checked against that bound first, and rows
+are parsed as they stream (each JSON document nests at most ``text.MAX_JSON_DEPTH`` levels)."""
 
 from __future__ import annotations
 
@@ -18,14 +23,17 @@ import shutil
 import socket
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from trt_routes import __version__, canonical
 from trt_routes.cache.store import STATUSES, TrialRecord, now
-from trt_routes.errors import CacheError
+from trt_routes.errors import CacheError, RouteError
+from trt_routes.routes import parse_route
+from trt_routes.text import is_clean, loads_bounded, sanitize, sanitize_data
 
 FORMAT = "trt-routes-bundle"
 VERSION = 1
@@ -40,8 +48,22 @@ REMEASUREMENT_FIELDS = ("key", "group_key", "job", "baseline", "challengers", "d
 SEARCH_FIELDS = ("group_key", "strategy_key", "job", "warm", "state", "builds", "seconds", "updated_at")
 SEARCH_STATES = ("running", "budget", "complete")
 BLOB_KINDS = ("engine", "outputs", "reference")
-MAX_MANIFEST_BYTES = 64 << 20
-MAX_TABLE_BYTES = 2 << 30
+MAX_MANIFEST_BYTES = 16 << 20
+#: A table is parsed into rows in memory: 256 MiB of JSON Lines is far more than any cache needs (a large
+#: one is a few tens of MiB); `cache export --only PATTERN` splits a larger one.
+MAX_TABLE_BYTES = 256 << 20
+MAX_ROW_BYTES = 16 << 20
+#: What a bundle may decompress to: this many times its size on disk, and at least MIN_EXPANDED_BYTES.
+#: gzip'd engines and tables shrink 1.1-10x; a decompression bomb (1000x) is refused before it is written.
+MAX_EXPANSION = 50
+MIN_EXPANDED_BYTES = 32 << 20
+#: Bounds on numbers a row can carry (a fact beyond them is not a measurement).
+MAX_MS = 3.6e6  # one hour per inference
+MAX_SECONDS = 1e7  # about 115 days
+MAX_SAMPLES = 1_000_000
+MAX_SEARCH_BUILDS = 1_000_000
+MAX_TEXT = 1 << 20
+MAX_ROUTE = 8192
 _HEX = {16: re.compile(r"^[0-9a-f]{16}$"), 32: re.compile(r"^[0-9a-f]{32}$"), 64: re.compile(r"^[0-9a-f]{64}$")}
 _BLOB_NAME = re.compile(r"^blobs/([0-9a-f]{64})$")
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -94,6 +116,82 @@ if _UNCHECKED:  # pragma: no cover - guards future TrialRecord changes
 _REQUIRED = {n for n, f in TRIAL_FIELDS.items() if f.default is MISSING and f.default_factory is MISSING}
 
 
+def route_problem(route: Any) -> str | None:
+    """Why ``route`` is not a canonical route (``-k=v`` pinned tokens sorted by knob, one space), or None."""
+    if not isinstance(route, str):
+        return "a route must be a string"
+    if len(route) > MAX_ROUTE or not is_clean(route, newlines=False) or "\n" in route:
+        return "a route must be one line of printable text"
+    if not route:
+        return None
+    try:
+        assign = parse_route(route)
+    except RouteError as exc:
+        return f"route {route!r:.80} does not parse ({exc.message})"
+    if route != " ".join(f"{k}={assign[k]}" for k in sorted(assign)):
+        return f"route {route!r:.80} is not canonical (knobs sorted by name, -knob=value, one space apart)"
+    return None
+
+
+#: Identity fields: refused unless clean (they are keys and names, printed everywhere). Free text is sanitized.
+_IDENTITY = ("job", "backend", "model_digest", "shape_key", "settings_key", "protocol_key", "reference_key",
+             "host", "source", "tool_version", "created_at")
+_FREE_TEXT = ("error", "log")
+_TIMINGS = ("median_ms", "ci_low", "ci_high", "mean_ms")
+
+
+def _facts_problem(t: TrialRecord) -> str | None:
+    """Why a trial's numbers and status do not make a measurement, or None."""
+    for name in _TIMINGS:
+        v = getattr(t, name)
+        if v is not None and not 0 < v <= MAX_MS:
+            return f"'{name}' {v!r} is not a time (more than 0 and at most {MAX_MS:g} ms)"
+    if t.stdev_ms is not None and not 0 <= t.stdev_ms <= MAX_MS:
+        return f"'stdev_ms' {t.stdev_ms!r} is not a spread (0 to {MAX_MS:g} ms)"
+    if len(t.samples) > MAX_SAMPLES:
+        return f"{len(t.samples)} samples (at most {MAX_SAMPLES})"
+    bad_sample = next((x for x in t.samples if not 0 < x <= MAX_MS), None)
+    if bad_sample is not None:
+        return f"sample {bad_sample!r} is not a time (more than 0 and at most {MAX_MS:g} ms)"
+    for name in ("build_s", "measure_s"):
+        v = getattr(t, name)
+        if v is not None and not 0 <= v <= MAX_SECONDS:
+            return f"'{name}' {v!r} is not a duration (0 to {MAX_SECONDS:g} s)"
+    for out, metrics in t.losses.items():
+        for metric, v in metrics.items():
+            if v is not None and not (math.isnan(v) or v >= 0):
+                return f"loss {out}/{metric} {v!r} is negative"
+    if t.samples:
+        lo, hi = min(t.samples), max(t.samples)
+        slack = 1e-9 * hi
+        for name in ("median_ms", "mean_ms"):
+            v = getattr(t, name)
+            if v is not None and not lo - slack <= v <= hi + slack:
+                return f"'{name}' {v!r} lies outside its samples ({lo!r} to {hi!r})"
+    elif t.median_ms is not None or t.mean_ms is not None:
+        return "it has a median or mean but no samples"
+    if t.median_ms is not None:
+        lo_ci = t.ci_low if t.ci_low is not None else t.median_ms
+        hi_ci = t.ci_high if t.ci_high is not None else t.median_ms
+        slack = 1e-9 * t.median_ms
+        if not lo_ci - slack <= t.median_ms <= hi_ci + slack:
+            return f"its confidence interval [{t.ci_low!r}, {t.ci_high!r}] does not hold its median {t.median_ms!r}"
+    elif t.ci_low is not None or t.ci_high is not None:
+        return "it has a confidence interval but no median"
+    if t.status == "ok":
+        if t.median_ms is None or not t.samples:
+            return "status 'ok' needs a median and samples"
+        if not t.engine_sha256:
+            return "status 'ok' needs the engine's sha256"
+    elif t.status in ("crashed", "timeout", "build-error") and not t.error.strip():
+        return f"status {t.status!r} needs the error that ended it"
+    elif t.status == "accuracy-failed" and not (t.error.strip() or t.losses):
+        return "status 'accuracy-failed' needs its losses or an error"
+    if t.status == "build-error" and t.engine_sha256:
+        return "status 'build-error' cannot name an engine"
+    return None
+
+
 def parse_trial(obj: Any, where: str) -> TrialRecord:
     """A TrialRecord from one decoded row, or BundleError naming ``where`` and the bad field."""
     def bad(msg: str) -> BundleError:
@@ -111,7 +209,22 @@ def parse_trial(obj: Any, where: str) -> TrialRecord:
         check, what = _CHECKS[str(TRIAL_FIELDS[name].type)]
         if not check(value):
             raise bad(f"trial field '{name}' must be {what}, got {value!r:.80}")
+    for name in _IDENTITY:
+        if name in obj and (len(obj[name]) > 1024 or not is_clean(obj[name], newlines=False)):
+            raise bad(f"trial field '{name}' must be one line of printable text of at most 1024 characters "
+                      f"(no control characters or escape sequences), got {obj[name]!r:.80}")
+    for name in _FREE_TEXT:
+        if name in obj and len(obj[name]) > MAX_TEXT:
+            raise bad(f"trial field '{name}' is longer than {MAX_TEXT} characters")
     trial = TrialRecord(**obj)
+    trial.error, trial.log = sanitize(trial.error), sanitize(trial.log)
+    trial.meta = sanitize_data(trial.meta)
+    problem = route_problem(trial.route)
+    if problem:
+        raise bad(f"trial field 'route': {problem}")
+    problem = _facts_problem(trial)
+    if problem:
+        raise bad(f"trial {trial.id:.32} ({trial.status}): {problem}")
     for name, size in (("id", 32), ("group_key", 32), ("signature", 16)):
         if not _HEX[size].match(getattr(trial, name)):
             raise bad(f"trial field '{name}' must be {size} hex digits, got {getattr(trial, name)!r:.80}")
@@ -134,6 +247,10 @@ def parse_signature(obj: Any, where: str) -> tuple[str, dict[str, str]]:
             and all(isinstance(k, str) and isinstance(v, str) for k, v in obj["fields"].items())
             and isinstance(obj["hash"], str)):
         raise BundleError(f"{where}: a signature row is {{hash, fields: {{name: text}}}}")
+    if len(obj["fields"]) > 256 or not all(len(k) <= 256 and len(v) <= 4096 and is_clean(k, newlines=False)
+                                             and is_clean(v, newlines=False) for k, v in obj["fields"].items()):
+        raise BundleError(f"{where}: signature fields must be at most 256 one-line printable names and values "
+                          "(no control characters or escape sequences)")
     if canonical.digest(obj["fields"], 16) != obj["hash"]:
         raise BundleError(f"{where}: signature {obj['hash']!r:.40} does not hash to its fields")
     return obj["hash"], dict(obj["fields"])
@@ -143,8 +260,9 @@ def parse_reference(obj: Any, where: str) -> dict[str, str]:
     keys = {"key", "inputs_sha256", "outputs_sha256", "created_at"}
     if not (isinstance(obj, dict) and set(obj) == keys and all(isinstance(obj[k], str) for k in keys)
             and _HEX[16].match(obj["key"]) and _HEX[64].match(obj["inputs_sha256"])
-            and _HEX[64].match(obj["outputs_sha256"])):
-        raise BundleError(f"{where}: a reference row is {{key, inputs_sha256, outputs_sha256, created_at}}")
+            and _HEX[64].match(obj["outputs_sha256"]) and _TIME.match(obj["created_at"])):
+        raise BundleError(f"{where}: a reference row is {{key, inputs_sha256, outputs_sha256, created_at}} "
+                          "(a UTC created_at)")
     return dict(obj)
 
 
@@ -157,13 +275,26 @@ def parse_remeasurement(obj: Any, where: str) -> dict[str, str]:
         raise BundleError(f"{where}: a re-measurement row is {{{', '.join(REMEASUREMENT_FIELDS)}}} (text), "
                           "with a 32-hex group_key and a UTC created_at")
     try:
-        challengers, data = json.loads(obj["challengers"]), json.loads(obj["data"])
+        challengers, data = loads_bounded(obj["challengers"]), loads_bounded(obj["data"])
     except ValueError as exc:
         raise BundleError(f"{where}: re-measurement challengers/data are not JSON ({exc})") from exc
     if not (isinstance(challengers, list) and all(isinstance(c, str) for c in challengers)
             and isinstance(data, dict)):
         raise BundleError(f"{where}: re-measurement challengers must be a list of routes and data an object")
-    return dict(obj)
+    for name in ("job", "host", "tool_version"):
+        if not is_clean(obj[name], newlines=False) or len(obj[name]) > 1024:
+            raise BundleError(f"{where}: re-measurement {name} must be one line of printable text")
+    problem = next((p for p in map(route_problem, [obj["baseline"], *challengers]) if p), None)
+    if problem:
+        raise BundleError(f"{where}: re-measurement: {problem}")
+    slots = data.get("slots")
+    if not (data.get("baseline") == obj["baseline"] and data.get("challengers") == challengers
+            and isinstance(slots, list) and len(slots) <= MAX_SAMPLES
+            and all(isinstance(s, list) and len(s) == 2 and s[0] in (obj["baseline"], *challengers)
+                    and _is_number(s[1]) and math.isfinite(s[1]) and 0 < s[1] <= MAX_MS for s in slots)):
+        raise BundleError(f"{where}: re-measurement data must repeat its baseline and challengers and hold "
+                          f"slots [route, ms] of its own routes with times more than 0 and at most {MAX_MS:g} ms")
+    return {**obj, "data": json.dumps(sanitize_data(data), allow_nan=False)} if not is_clean(obj["data"]) else dict(obj)
 
 
 def parse_search(obj: Any, where: str) -> dict[str, Any]:
@@ -173,18 +304,24 @@ def parse_search(obj: Any, where: str) -> dict[str, Any]:
                                                        "updated_at"))
             and _HEX[32].match(obj["group_key"]) and _HEX[16].match(obj["strategy_key"])
             and obj["state"] in SEARCH_STATES and _TIME.match(obj["updated_at"])
-            and isinstance(obj["builds"], int) and not isinstance(obj["builds"], bool) and obj["builds"] >= 0
+            and isinstance(obj["builds"], int) and not isinstance(obj["builds"], bool)
+            and 0 <= obj["builds"] <= MAX_SEARCH_BUILDS
             and isinstance(obj["seconds"], (int, float)) and not isinstance(obj["seconds"], bool)
-            and math.isfinite(obj["seconds"]) and obj["seconds"] >= 0):
+            and math.isfinite(obj["seconds"]) and 0 <= obj["seconds"] <= MAX_SECONDS
+            and is_clean(obj["job"], newlines=False) and len(obj["job"]) <= 1024):
         raise BundleError(f"{where}: a search row is {{{', '.join(SEARCH_FIELDS)}}} with a 32-hex group_key, "
-                          f"a 16-hex strategy_key, state one of {', '.join(SEARCH_STATES)}, builds and seconds "
-                          "not negative and a UTC updated_at")
+                          f"a 16-hex strategy_key, state one of {', '.join(SEARCH_STATES)}, builds (0 to "
+                          f"{MAX_SEARCH_BUILDS}) and seconds (0 to {MAX_SECONDS:g}), a printable job and a UTC "
+                          "updated_at")
     try:
-        warm = json.loads(obj["warm"])
+        warm = loads_bounded(obj["warm"])
     except ValueError as exc:
         raise BundleError(f"{where}: search warm routes are not JSON ({exc})") from exc
     if not (isinstance(warm, list) and all(isinstance(r, str) for r in warm)):
         raise BundleError(f"{where}: search warm routes must be a list of routes")
+    problem = next((p for p in map(route_problem, warm) if p), None)
+    if problem:
+        raise BundleError(f"{where}: search warm routes: {problem}")
     return {**obj, "seconds": float(obj["seconds"])}
 
 
@@ -212,6 +349,7 @@ class Bundle:
     searches: list[dict[str, Any]] = field(default_factory=list)
     blobs: dict[str, Path] = field(default_factory=dict)
     staging: Path | None = None
+    where: dict[tuple[str, str], str] = field(default_factory=dict)  # search row -> "member line N"
 
     def discard(self) -> None:
         if self.staging is not None:
@@ -334,59 +472,90 @@ def _check_manifest(head: Any, where: str) -> dict[str, Any]:
     return head
 
 
+class _Capped(io.RawIOBase):
+    """A reader that refuses to give more than ``cap`` bytes: the decompressed stream of a bundle."""
+
+    def __init__(self, inner: IO[bytes], cap: int, where: str) -> None:
+        self.inner, self.cap, self.where, self.seen = inner, cap, where, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self.inner.read(len(b))
+        self.seen += len(data)
+        if self.seen > self.cap:
+            raise BundleError(f"{self.where}: decompresses to more than {self.cap} bytes ({MAX_EXPANSION}x its "
+                              "size): refused as a decompression bomb before anything more was written",
+                              "nothing from this bundle was merged; ask for a fresh export")
+        b[:len(data)] = data
+        return len(data)
+
+
+def expansion_cap(size: int) -> int:
+    """The most a bundle of ``size`` bytes on disk may decompress to."""
+    return max(MIN_EXPANDED_BYTES, MAX_EXPANSION * size)
+
+
 def read_bundle(source: Path, staging_root: Path | None = None, *, label: str | None = None) -> Bundle:
     """Read and validate the bundle at ``source``. Blobs are streamed into a fresh folder under
     ``staging_root`` (bundles with blobs need one) and verified by digest. Raises BundleError."""
     where = label or str(source)
-    bundle: Bundle | None = None
     try:
-        with tarfile.open(source, mode="r|*") as tar:
-            bundle = _read_members(tar, where, staging_root)
+        with open(source, "rb") as raw:
+            magic = raw.read(2)
+            raw.seek(0)
+            cap = expansion_cap(os.fstat(raw.fileno()).st_size)
+            inner: IO[bytes] = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if magic == b"\x1f\x8b" else raw
+            stream = io.BufferedReader(_Capped(inner, cap, where), 1 << 16)
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                return _read_members(tar, where, staging_root, cap)
     except BundleError:
-        if bundle is not None:
-            bundle.discard()
         raise
-    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError, zlib.error) as exc:
         raise BundleError(f"{where}: not a readable trt-routes bundle ({exc})",
                           "bundles are written by `trt-routes cache export`") from exc
-    return bundle
 
 
-def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None) -> Bundle:
+def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None, cap: int) -> Bundle:
     manifest: dict[str, Any] | None = None
-    tables: dict[str, bytes] = {}
+    tables: dict[str, list[tuple[str, Any]]] = {}
     bundle = Bundle(path=where, info={})
     try:
         for member in tar:
             name = member.name
             if not member.isreg():
-                raise BundleError(f"{where}: member {name!r} is not a regular file (links, folders and devices "
-                                  "are refused)", "the bundle was altered; ask for a fresh export")
+                raise BundleError(f"{where}: member {name!r:.120} is not a regular file (links, folders and "
+                                  "devices are refused)", "the bundle was altered; ask for a fresh export")
             if manifest is None:
                 if name != MANIFEST or member.size > MAX_MANIFEST_BYTES:
-                    raise BundleError(f"{where}: not a trt-routes bundle (first member is {name!r}, "
-                                      f"expected {MANIFEST})", "bundles are written by `trt-routes cache export`")
+                    raise BundleError(f"{where}: not a trt-routes bundle (first member is {name!r:.120}, "
+                                      f"expected {MANIFEST} of at most {MAX_MANIFEST_BYTES} bytes)",
+                                      "bundles are written by `trt-routes cache export`")
                 data = _member_bytes(tar, member, where)
                 try:
-                    head = json.loads(data)
+                    head = loads_bounded(data)
                 except ValueError as exc:
                     raise BundleError(f"{where}: bundle manifest is not JSON ({exc})") from exc
                 manifest = _check_manifest(head, where)
+                declared = sum(m["size"] for m in manifest["members"].values()) + sum(
+                    b["size"] for b in manifest["blobs"].values())
+                if declared > cap:
+                    raise BundleError(f"{where}: its manifest declares {declared} bytes of members, more than "
+                                      f"this {cap // MAX_EXPANSION}-byte file may expand to ({cap}): refused "
+                                      "before anything was written", "ask for a fresh export")
                 bundle.info = {k: manifest.get(k) for k in ("kind", "created_at", "host", "tool_version",
                                                              "version")}
                 continue
             if name in manifest["members"]:
-                declared = manifest["members"][name]
-                if name in tables or member.size != declared["size"]:
+                declared_member = manifest["members"][name]
+                if name in tables or member.size != declared_member["size"]:
                     raise BundleError(f"{where}: member {name} is duplicated or its size differs from the manifest")
-                data = _member_bytes(tar, member, where)
-                if hashlib.sha256(data).hexdigest() != declared["sha256"]:
-                    raise BundleError(f"{where}: {name} does not match its sha256 in the manifest (tampered?)")
-                tables[name] = data
+                tables[name] = _member_rows(tar, member, where, declared_member["sha256"])
                 continue
             match = _BLOB_NAME.match(name)
             if match is None:
-                raise BundleError(f"{where}: unexpected member {name!r}: bundles hold only "
+                raise BundleError(f"{where}: unexpected member {name!r:.120}: bundles hold only "
                                   f"{MANIFEST}, {', '.join(TABLES)} and blobs/<sha256>; nothing is extracted "
                                   "by member name", "the bundle was altered; ask for a fresh export")
             sha = match.group(1)
@@ -403,7 +572,7 @@ def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None) -
             f = tar.extractfile(member)
             assert f is not None
             with open(dest, "wb") as out:
-                got = _read_exact(f, member.size, out.write)
+                got = _read_exact(f, member.size, _writer(out))
             if got != sha:
                 raise BundleError(f"{where}: blob {sha} is corrupt or tampered: its bytes hash to {got}",
                                   "nothing from this bundle was merged; ask for a fresh export")
@@ -414,11 +583,21 @@ def _read_members(tar: tarfile.TarFile, where: str, staging_root: Path | None) -
                                                             if s not in bundle.blobs]
         if missing:
             raise BundleError(f"{where}: bundle lacks member(s) {', '.join(missing[:5])} (truncated?)")
-        _parse_tables(bundle, tables, manifest, where)
+        for name, rows in tables.items():
+            if len(rows) != manifest["members"][name]["rows"]:
+                raise BundleError(f"{where}: {name} has {len(rows)} rows, the manifest says "
+                                  f"{manifest['members'][name]['rows']}")
+        _parse_tables(bundle, tables, where)
         return bundle
     except BaseException:
         bundle.discard()
         raise
+
+
+def _writer(out: IO[bytes]) -> Callable[[bytes], None]:
+    def write(block: bytes) -> None:
+        out.write(block)
+    return write
 
 
 def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> bytes:
@@ -429,27 +608,43 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> 
     return bytes(buf)
 
 
-def _rows(data: bytes, name: str, where: str, declared: int) -> list[tuple[str, Any]]:
-    out = []
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
-        at = f"{where}: {name} line {n}"
+def _member_rows(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str, sha: str) -> list[tuple[str, Any]]:
+    """A JSON Lines member decoded as it streams (never held whole), checked against ``sha`` at its end."""
+    f = tar.extractfile(member)
+    assert f is not None
+    name = member.name
+    rows: list[tuple[str, Any]] = []
+    pending = bytearray()
+
+    def line(raw: bytes) -> None:
+        at = f"{where}: {name} line {len(rows) + 1}"
         try:
-            out.append((at, json.loads(line)))
-        except ValueError as exc:
+            rows.append((at, loads_bounded(raw.decode("utf-8"))))
+        except (ValueError, UnicodeDecodeError) as exc:
             raise BundleError(f"{at}: not JSON ({exc})") from exc
-    if len(out) != declared:
-        raise BundleError(f"{where}: {name} has {len(out)} rows, the manifest says {declared}")
-    return out
+
+    def sink(block: bytes) -> None:
+        pending.extend(block)
+        while (cut := pending.find(b"\n")) >= 0:
+            line(bytes(pending[:cut]))
+            del pending[:cut + 1]
+        if len(pending) > MAX_ROW_BYTES:
+            raise BundleError(f"{where}: {name} line {len(rows) + 1} is longer than {MAX_ROW_BYTES} bytes")
+
+    got = _read_exact(f, member.size, sink)
+    if got != sha:
+        raise BundleError(f"{where}: {name} does not match its sha256 in the manifest (tampered?)")
+    if pending.strip():
+        line(bytes(pending))
+    return rows
 
 
-def _parse_tables(bundle: Bundle, tables: dict[str, bytes], manifest: dict[str, Any], where: str) -> None:
-    members = manifest["members"]
-    for at, obj in _rows(tables["signatures.jsonl"], "signatures.jsonl", where,
-                         members["signatures.jsonl"]["rows"]):
+def _parse_tables(bundle: Bundle, tables: dict[str, list[tuple[str, Any]]], where: str) -> None:
+    for at, obj in tables["signatures.jsonl"]:
         sig, fields_ = parse_signature(obj, at)
         bundle.signatures[sig] = fields_
     seen: set[str] = set()
-    for at, obj in _rows(tables["trials.jsonl"], "trials.jsonl", where, members["trials.jsonl"]["rows"]):
+    for at, obj in tables["trials.jsonl"]:
         trial = parse_trial(obj, at)
         if trial.id in seen:
             raise BundleError(f"{at}: trial {trial.id} appears twice")
@@ -458,13 +653,11 @@ def _parse_tables(bundle: Bundle, tables: dict[str, bytes], manifest: dict[str, 
                               "does not carry")
         seen.add(trial.id)
         bundle.trials.append(trial)
-    for at, obj in _rows(tables["references.jsonl"], "references.jsonl", where,
-                         members["references.jsonl"]["rows"]):
+    for at, obj in tables["references.jsonl"]:
         bundle.references.append(parse_reference(obj, at))
-    if "remeasurements.jsonl" in tables:
-        for at, obj in _rows(tables["remeasurements.jsonl"], "remeasurements.jsonl", where,
-                             members["remeasurements.jsonl"]["rows"]):
-            bundle.remeasurements.append(parse_remeasurement(obj, at))
-    if "searches.jsonl" in tables:
-        for at, obj in _rows(tables["searches.jsonl"], "searches.jsonl", where, members["searches.jsonl"]["rows"]):
-            bundle.searches.append(parse_search(obj, at))
+    for at, obj in tables.get("remeasurements.jsonl", []):
+        bundle.remeasurements.append(parse_remeasurement(obj, at))
+    for at, obj in tables.get("searches.jsonl", []):
+        row = parse_search(obj, at)
+        bundle.searches.append(row)
+        bundle.where[(row["group_key"], row["strategy_key"])] = at

@@ -1,9 +1,12 @@
 """Merging trials into the local cache (bundles, remote segments, tuning caches) and exporting bundles.
 
 Trials are immutable facts keyed by their id. When two rows share an id but differ (two machines with
-one signature measured the same route before they synced), every cache keeps the same one: the earliest
-measurement (created_at, then host, then the digest of the row). So a merge is idempotent, and the
-state it leaves does not depend on the order in which bundles arrive. One merge is one transaction."""
+one signature measured the same route before they synced, or a bundle forged a row), the local row
+stands: an import never replaces a trial (nor a re-measurement) this cache already holds, whatever its
+date, unless the caller asks for ``prefer_incoming``. Within one import, the earliest of several incoming
+rows of one id is taken (created_at, then host, then the digest of the row), so a merge is idempotent.
+A search state is kept only when its builds do not exceed the trials its group has. One merge is one
+transaction."""
 
 from __future__ import annotations
 
@@ -46,8 +49,8 @@ class MergeReport:
     source: str
     added: int = 0
     present: int = 0  # identical rows already here
-    replaced: int = 0  # conflicting rows: the incoming one was measured earlier and now stands
-    kept: int = 0  # conflicting rows: ours was measured earlier and stays
+    replaced: int = 0  # conflicting rows replaced by the incoming one (only with prefer_incoming)
+    kept: int = 0  # conflicting rows: ours stays
     signatures: int = 0
     references: int = 0
     remeasurements: int = 0
@@ -61,8 +64,8 @@ class MergeReport:
     def text(self) -> str:
         parts = [f"{self.added} new trial(s)", f"{self.present} already here"]
         if self.replaced or self.kept:
-            parts.append(f"{self.replaced + self.kept} conflicting (kept the earlier measurement: "
-                         f"{self.replaced} incoming, {self.kept} ours)")
+            parts.append(f"{self.replaced + self.kept} conflicting ({self.kept} kept ours"
+                         + (f", {self.replaced} replaced by the incoming row" if self.replaced else "") + ")")
         if self.blobs:
             parts.append(f"{self.blobs} blob(s)")
         return f"{self.source}: " + ", ".join(parts)
@@ -101,9 +104,10 @@ def has_table(cache: CacheStore, name: str) -> bool:
         is not None
 
 
-def _merge_remeasurements(cache: CacheStore, rows: list[dict[str, str]]) -> int:
-    """Re-measurements are facts keyed like trials: the same earliest-wins rule, inside the caller's
-    transaction. A cache without the table (an older schema) skips them."""
+def _merge_remeasurements(cache: CacheStore, rows: list[dict[str, str]], prefer_incoming: bool = False) -> int:
+    """Re-measurements are facts keyed like trials: a local one stands (unless ``prefer_incoming``), the
+    earliest of incoming ones is taken, inside the caller's transaction. A cache without the table (an
+    older schema) skips them."""
     if not rows or not has_table(cache, "remeasurements"):
         return 0
 
@@ -115,7 +119,7 @@ def _merge_remeasurements(cache: CacheStore, rows: list[dict[str, str]]) -> int:
     cols = ", ".join(REMEASUREMENT_FIELDS)
     for row in rows:
         old = cache.db.execute(f"SELECT {cols} FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
-        if old is None or rank(row) < rank(dict(zip(REMEASUREMENT_FIELDS, old, strict=True))):
+        if old is None or (prefer_incoming and rank(row) != rank(dict(zip(REMEASUREMENT_FIELDS, old, strict=True)))):
             cache.db.execute(f"INSERT OR REPLACE INTO remeasurements ({cols}) VALUES "
                              f"({', '.join('?' * len(REMEASUREMENT_FIELDS))})",
                              [row[k] for k in REMEASUREMENT_FIELDS])
@@ -171,17 +175,44 @@ def _search_item(row: Iterable[Any]) -> dict[str, Any]:
     return item
 
 
+def check_searches(cache: CacheStore, trials: list[TrialRecord], searches: list[dict[str, Any]], source: str,
+                   where: dict[tuple[str, str], str] | None = None) -> None:
+    """Refuse search states that claim more builds than their group has trials (here and incoming): a
+    forged ``builds`` would stop the search that should go on (BundleError naming the row)."""
+    groups = sorted({r["group_key"] for r in searches})
+    counts: dict[str, set[str]] = {g: set() for g in groups}
+    for t in trials:
+        if t.group_key in counts:
+            counts[t.group_key].add(t.id)
+    for chunk in _chunks(groups):
+        for gk, tid in cache.db.execute(
+                f"SELECT group_key, id FROM trials WHERE group_key IN ({', '.join('?' * len(chunk))})", chunk):
+            counts[gk].add(tid)
+    for r in searches:
+        have = len(counts[r["group_key"]])
+        if int(r["builds"]) > have:
+            at = (where or {}).get((r["group_key"], r["strategy_key"])) or f"{source}: search state"
+            raise BundleError(f"{at}: search state of {r['job']!r:.80} (group {r['group_key'][:12]}) claims "
+                              f"{r['builds']} builds, but its group has {have} trial(s) here and in the import",
+                              "nothing was merged; the bundle is corrupt or was altered")
+
+
 def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, dict[str, str]],
           references: Iterable[dict[str, str]] = (), *, state: Iterable[tuple[str, str, str]] = (),
           source: str = "", remeasurements: list[dict[str, str]] | None = None,
-          searches: list[dict[str, Any]] | None = None) -> MergeReport:
-    """Merge rows in one transaction; ``state`` rows (remote, kind, key) are recorded in the same one."""
+          searches: list[dict[str, Any]] | None = None, prefer_incoming: bool = False,
+          where: dict[tuple[str, str], str] | None = None) -> MergeReport:
+    """Merge rows in one transaction; ``state`` rows (remote, kind, key) are recorded in the same one.
+    A trial already here stands unless ``prefer_incoming``; search states are checked against the trial
+    counts of their groups first (BundleError, nothing merged)."""
     report = MergeReport(source=source)
     incoming: dict[str, TrialRecord] = {}
     for t in trials:
         if t.id not in incoming or row_rank(t) < row_rank(incoming[t.id]):
             incoming[t.id] = t
     write: list[TrialRecord] = []
+    if searches:
+        check_searches(cache, trials, searches, source, where)
     with cache.db.conn:
         for sig, fields_ in sorted(signatures.items()):
             cur = cache.db.execute("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
@@ -196,7 +227,7 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
             old = have[tid]
             if old is not None and content(old) == content(t):
                 report.present += 1
-            elif old is None or row_rank(t) < row_rank(old):
+            elif old is None or prefer_incoming:
                 write.append(t)
                 report.replaced += 1
             else:
@@ -211,7 +242,7 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
                 "INSERT OR IGNORE INTO [references] (key, inputs_sha256, outputs_sha256, created_at) "
                 "VALUES (?, ?, ?, ?)", [ref["key"], ref["inputs_sha256"], ref["outputs_sha256"], ref["created_at"]])
             report.references += cur.rowcount
-        report.remeasurements = _merge_remeasurements(cache, remeasurements or [])
+        report.remeasurements = _merge_remeasurements(cache, remeasurements or [], prefer_incoming)
         report.searches = _merge_searches(cache, searches or [])
         at = now()
         cache.db.conn.executemany("INSERT OR IGNORE INTO remote_state (remote, kind, key, at) VALUES (?, ?, ?, ?)",
@@ -220,11 +251,12 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
 
 
 def install_blobs(store: BlobStore, staged: dict[str, Path]) -> int:
-    """Move verified, staged blobs into the store (same filesystem); returns how many were new."""
+    """Move verified, staged blobs into the store (same filesystem); returns how many were new. A file
+    already under a blob's name is kept only when its bytes hash to it (else the verified one replaces it)."""
     added = 0
     for sha, path in sorted(staged.items()):
         dest = store.path(sha)
-        if dest.is_file():
+        if store.has(sha):
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, dest)
@@ -351,16 +383,19 @@ def export_bundle(project: Project, dest: Path, *, engines: bool = False, output
                         skipped)
 
 
-def import_bundle(project: Project, path: Path) -> MergeReport:
-    """Validate the bundle at ``path`` completely, then merge it in one transaction (idempotent)."""
+def import_bundle(project: Project, path: Path, *, prefer_incoming: bool = False) -> MergeReport:
+    """Validate the bundle at ``path`` completely, then merge it in one transaction (idempotent). Trials
+    this cache already holds stand unless ``prefer_incoming``."""
     store = project.store
     with exclusive(project, f"cache import {path}"):
         bundle = read_bundle(path, store.root)
         try:
             with project.open_cache() as cache:
+                check_searches(cache, bundle.trials, bundle.searches, str(path), bundle.where)
                 blobs = install_blobs(store, bundle.blobs)
                 report = merge(cache, bundle.trials, bundle.signatures, bundle.references, source=str(path),
-                               remeasurements=bundle.remeasurements, searches=bundle.searches)
+                               remeasurements=bundle.remeasurements, searches=bundle.searches,
+                               prefer_incoming=prefer_incoming, where=bundle.where)
                 report.blobs = blobs
         finally:
             bundle.discard()

@@ -28,6 +28,7 @@ from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError, UsageError
 from trt_routes.share.bundle import BundleError, read_bundle, write_bundle
 from trt_routes.share.merge import (
+    check_searches,
     collect,
     exclusive,
     install_blobs,
@@ -36,6 +37,7 @@ from trt_routes.share.merge import (
     search_row_key,
     searches_of,
 )
+from trt_routes.text import loads_bounded
 
 if TYPE_CHECKING:
     from trt_routes.project import Project
@@ -44,12 +46,29 @@ REMOTE_FORMAT = "trt-routes-remote"
 REMOTE_VERSION = 1
 MARKER = "trt-routes-remote.json"
 _SEGMENT = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
-_SECRET = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+_SECRET = re.compile(r"key|secret|token|passw|credential|auth|session|signature|cookie|bearer", re.IGNORECASE)
+_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/@?#]*@)", re.IGNORECASE)
+#: Caps on what a remote may hand us before it is read: its marker, and each segment (a bundle of trials).
+MAX_MARKER_BYTES = 64 << 10
+MAX_SEGMENT_BYTES = 512 << 20
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the userinfo of a URL (``http://KEY:SECRET@host``) removed."""
+    return _USERINFO.sub(r"\1", text)
+
+
+def has_userinfo(text: str) -> bool:
+    return _USERINFO.match(text.strip()) is not None
 
 
 def normalize_url(url: str) -> str:
     """``s3://b/p`` stays; a plain path or ``file://`` URL becomes an absolute ``file://`` URL."""
     url = url.strip()
+    if has_userinfo(url):
+        raise UsageError(f"remote URL {redact_url(url)!r} carries credentials (user:password@): they would be "
+                         "stored in the cache", "give credentials through the environment (e.g. "
+                         "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or ~/.aws/credentials, not in the URL")
     if url.startswith("file://"):
         url = url[len("file://"):]
     elif "://" in url:
@@ -58,12 +77,23 @@ def normalize_url(url: str) -> str:
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, str]:
-    """``KEY=VALUE`` pairs (fsspec storage options such as endpoint_url) into a dict."""
+    """``KEY=VALUE`` pairs (fsspec storage options such as endpoint_url) into a dict. Credentials are
+    refused: options named like a key, secret, token or password, and URLs with user:password@ (remotes
+    are remembered in the cache, and credentials never are)."""
     out: dict[str, str] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--option {pair!r} is not KEY=VALUE", "e.g. --option endpoint_url=http://127.0.0.1:9000")
+            raise UsageError(f"--option {redact_url(pair)!r:.120} is not KEY=VALUE",
+                             "e.g. --option endpoint_url=http://127.0.0.1:9000")
+        hint = ("give credentials through the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                "AWS_SESSION_TOKEN) or ~/.aws/credentials")
+        if _SECRET.search(key):
+            raise UsageError(f"--option {key.strip()!r:.80} looks like a credential: it is refused so that it "
+                             "is never stored with the remote", hint)
+        if has_userinfo(value):
+            raise UsageError(f"--option {key.strip()}={redact_url(value)!r:.120} carries credentials "
+                             "(user:password@ in a URL): refused so that they are never stored", hint)
         out[key.strip()] = value
     return out
 
@@ -90,8 +120,9 @@ class Remote:
 
     @property
     def stored_options(self) -> dict[str, str]:
-        """Options worth remembering for lazy fetches (never anything that looks like a credential)."""
-        return {k: v for k, v in self.options.items() if not _SECRET.search(k)}
+        """Options worth remembering for lazy fetches: never anything that looks like a credential (an
+        option named like a key, secret, token or password is left out; a URL's user:password@ removed)."""
+        return {k: redact_url(str(v)) for k, v in self.options.items() if not _SECRET.search(k)}
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -109,9 +140,13 @@ class Remote:
         marker = self.path(MARKER)
         if self.exists(marker):
             try:
-                head = json.loads(self.fs.cat_file(marker))
+                size = self.fs.size(marker)
+                if size is not None and size > MAX_MARKER_BYTES:
+                    raise CacheError(f"{self.url}/{MARKER} is {size} bytes: not a trt-routes remote marker "
+                                     f"(at most {MAX_MARKER_BYTES})", "is this a trt-routes remote?")
+                head = loads_bounded(self.fs.cat_file(marker, start=0, end=MAX_MARKER_BYTES + 1))
             except ValueError as exc:
-                raise CacheError(f"{self.url}/{MARKER} is not JSON", "is this a trt-routes remote?") from exc
+                raise CacheError(f"{self.url}/{MARKER} is not JSON ({exc})", "is this a trt-routes remote?") from exc
             if not isinstance(head, dict) or head.get("format") != REMOTE_FORMAT:
                 raise CacheError(f"{self.url} is not a trt-routes remote ({MARKER} names another format)")
             version = head.get("version")
@@ -126,7 +161,8 @@ class Remote:
         folder = self.path("segments")
         if not self.exists(folder):
             return [], []
-        shas, other = [], []
+        shas: list[str] = []
+        other: list[str] = []
         for entry in self.fs.ls(folder, detail=False):
             name = str(entry).rstrip("/").rsplit("/", 1)[-1]
             match = _SEGMENT.match(name)
@@ -267,7 +303,7 @@ class PullReport:
         text = (f"{self.url}: merged {self.segments} new segment(s): {self.added} new trial(s), "
                 f"{self.present} already here")
         if self.conflicts:
-            text += f", {self.conflicts} conflicting (the earlier measurement kept)"
+            text += f", {self.conflicts} conflicting (ours kept)"
         return text + "; engines are fetched when a job needs one"
 
 
@@ -290,12 +326,17 @@ def pull(project: Project, url: str, options: dict[str, str] | None = None) -> P
             with tempfile.TemporaryDirectory(prefix=".incoming-", dir=store.root) as tmp:
                 local = Path(tmp) / "segment"
                 try:
+                    size = remote.fs.size(remote.segment_path(sha))
+                    if size is not None and size > MAX_SEGMENT_BYTES:
+                        raise BundleError(f"{label}: segment is {size} bytes, more than a segment may be "
+                                          f"({MAX_SEGMENT_BYTES}): not fetched", "push smaller segments")
                     remote.get_file(remote.segment_path(sha), local)
                     got = file_sha256(local)
                     if got != sha:
                         raise BundleError(f"{label}: segment is corrupt or tampered: its bytes hash to {got}",
                                           "nothing from it was merged; the machine that pushed it can push again")
                     bundle = read_bundle(local, Path(tmp), label=label)
+                    check_searches(cache, bundle.trials, bundle.searches, label, bundle.where)
                 except BundleError as exc:
                     report.rejected.append(str(exc))
                     continue
@@ -307,12 +348,14 @@ def pull(project: Project, url: str, options: dict[str, str] | None = None) -> P
                 state += [(remote.url, "remeasurement", r["key"]) for r in bundle.remeasurements]
                 state += [(remote.url, "search", search_row_key(r)) for r in bundle.searches]
                 merged = merge(cache, bundle.trials, bundle.signatures, bundle.references, state=state,
-                               source=label, remeasurements=bundle.remeasurements, searches=bundle.searches)
+                               source=label, remeasurements=bundle.remeasurements, searches=bundle.searches,
+                               where=bundle.where)
             report.segments += 1
             report.added += merged.added
             report.present += merged.present
             report.conflicts += merged.replaced + merged.kept
-        remember(cache, remote, pulled=True)
+        if report.segments or not report.rejected:  # a remote that gave nothing but rejects is not recorded
+            remember(cache, remote, pulled=True)
     return report
 
 
@@ -328,7 +371,7 @@ def fetch_blob(cache: CacheStore, store: BlobStore, sha: str, say: Callable[[str
         return False
     for url, options in rows:
         try:
-            remote = Remote(url, json.loads(options or "{}"))
+            remote = Remote(url, loads_bounded(options or "{}"))
             rpath = remote.blob_path(sha)
             if not remote.exists(rpath):
                 continue

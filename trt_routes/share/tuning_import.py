@@ -26,6 +26,7 @@ from trt_routes.interop.tuning_cache import (
 )
 from trt_routes.share.bundle import expected_group_key, expected_trial_id
 from trt_routes.share.merge import MergeReport, exclusive, merge
+from trt_routes.text import is_clean, sanitize, sanitize_data
 
 if TYPE_CHECKING:
     from trt_routes.jobs import Job
@@ -94,6 +95,12 @@ def tuning_trials(cache: ImportedCache, job: Job, created_at: str) -> tuple[list
     metric = header.metric or UNKNOWN
     trials: dict[str, TrialRecord] = {}
     for row, route in zip(cache.rows, _routes(cache, job), strict=True):
+        if not is_clean(route, newlines=False):
+            raise UsageError(f"{cache.path}:{row.line}: build route {route!r:.80} carries control characters or "
+                             "escape sequences", "the file is corrupt or was altered")
+        if row.gpu_time_ms is not None and not (math.isfinite(row.gpu_time_ms) and row.gpu_time_ms > 0):
+            raise UsageError(f"{cache.path}:{row.line}: gpu_time {row.gpu_time_ms!r} is not a time (more than 0 ms)",
+                             "the file is corrupt or was altered")
         losses = {out: {metric: math.nan if v is None else float(v)} for out, v in (row.accuracy_loss or {}).items()}
         meta: dict[str, Any] = {"imported": {
             "format": header.source, "file": cache.path, "line": row.line, "iter": row.iter,
@@ -107,7 +114,8 @@ def tuning_trials(cache: ImportedCache, job: Job, created_at: str) -> tuple[list
             id="", group_key="", job=job.name, route=route, signature=sig, model_digest=UNKNOWN,
             shape_key=UNKNOWN, settings_key=UNKNOWN, protocol_key=UNKNOWN, reference_key=UNKNOWN,
             backend="tensorrt", status=row.status, median_ms=row.gpu_time_ms, losses=losses,
-            error="; ".join(p for p in (row.error_message, row.note) if p), meta=meta, created_at=created_at,
+            error=sanitize("; ".join(p for p in (row.error_message, row.note) if p)),
+            meta=sanitize_data(meta), created_at=created_at,
             host=UNKNOWN, source=f"{header.source}:{cache.path}")
         trial.group_key = expected_group_key(trial)
         trial.id = expected_trial_id(trial)
