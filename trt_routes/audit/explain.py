@@ -165,8 +165,9 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
     elif sel.winner == DEFAULT_ROUTE and default is not None and default.median_ms is not None:
         lines.extend(_why_default_stayed(job, sel, trials, default))
     elif sel.winner is not None and not fair:
+        default_verdict = sel.verdict(DEFAULT_ROUTE)
         lines.append("The default route has no valid measurement "
-                     f"({sel.verdict(DEFAULT_ROUTE).reason if sel.verdict(DEFAULT_ROUTE) else 'not measured'}), "
+                     f"({default_verdict.reason if default_verdict else 'not measured'}), "
                      "so there is no margin to compare against.")
     if entry is not None and sel.winner is not None and entry.route != sel.winner:
         lines.append(f"The lock holds {describe(entry.route or '')}, but the trials now select "

@@ -9,8 +9,7 @@ exactly what ``apply`` would and is empty after it; raising the budget lets a st
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
 
 from trt_routes import canonical
 from trt_routes.cache import facts
@@ -112,7 +111,7 @@ class JobSearch(Search):
         return bool(self.inner.next_batch(known)) and self.exhausted(known) is not None
 
 
-def job_search(job: Job, cache: CacheStore, known: Mapping[str, Any], *, running: bool = False) -> JobSearch:
+def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: bool = False) -> JobSearch:
     """``job``'s search, given the routes ``known`` now. ``running`` (apply): the clock runs, and a new
     job group's warm-start routes are recorded before the first build."""
     assert job.expression is not None and job.catalog is not None
