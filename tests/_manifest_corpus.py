@@ -158,7 +158,8 @@ def cases(base: dict[str, Any]) -> list[Case]:
         for kind, wrong in WRONG.items():
             if kind in allowed or (kind == "str" and here in ("int", "float") and p[-1] == "seed"):
                 continue
-            if kind == "null" and p[-1] in ("max_builds", "max_minutes", "workers", "settle", "confirm"):
+            if kind == "null" and p[-1] in ("max_builds", "max_minutes", "workers", "settle", "confirm",
+                                            "strategy"):
                 continue  # optional: null means unset
             if kind == "int" and here == "float":
                 continue

@@ -86,7 +86,9 @@ def _check_elements(dims: list[int]) -> list[int]:
 
 StaticShape = Annotated[list[Dim], Field(min_length=0, max_length=16), AfterValidator(_check_elements)]
 InputShape = StaticShape | DimRange
-ShapeProfile = dict[str, InputShape]
+#: A graph input's name, as the model spells it (ONNX allows any non-empty text).
+InputName = Annotated[str, BeforeValidator(_no_nul), StringConstraints(min_length=1, max_length=1000)]
+ShapeProfile = dict[InputName, InputShape]
 
 
 class InputSpec(Strict):
@@ -303,7 +305,7 @@ class Model(ModelDefaults):
     entry: str | None = Field(default=None, pattern=ENTRY, description="module:factory, the module imported "
                               "with the manifest's folder first on sys.path")
     shapes: dict[Name, ShapeProfile] = Field(min_length=1, max_length=1000)
-    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    inputs: dict[InputName, InputSpec] = Field(default_factory=dict)
     reference: Literal["auto"] | ReferenceFiles = "auto"
 
     @model_validator(mode="after")
