@@ -111,6 +111,7 @@ class LockEngine(LockRecord):
     sha256: str | None = None
     path: str | None = None
     size: int | None = None
+    identity: str | None = None  # the backend's engine_identity (structure), where bytes are not reproducible
 
 
 class LockTrialCounts(LockRecord):

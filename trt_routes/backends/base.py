@@ -125,6 +125,11 @@ class Backend(ABC):
     #: ``apply --frozen`` can verify a rebuild by digest (TensorRT engines are not bit-reproducible).
     reproducible_engines: ClassVar[bool] = False
 
+    def engine_identity(self, engine: Path) -> str | None:
+        """What every build of one route on one signature shares, where the engine bytes do not (ONNX
+        Runtime: the optimized graph's structure, names ignored); None where only the bytes can say."""
+        return None
+
     # -- coordinator side -------------------------------------------------------------------
     @abstractmethod
     def unavailable_reason(self) -> str | None:

@@ -255,7 +255,14 @@ class OnnxRuntimeBackend(Backend):
     name: ClassVar[str] = "onnxruntime"
     engine_suffix: ClassVar[str] = ".onnx"
     install_hint: ClassVar[str] = "pip install onnxruntime"
-    reproducible_engines: ClassVar[bool] = True  # the optimized model is a pure function of model + route
+    #: the optimized model is a pure function of model + route in structure, though not in bytes: the
+    #: NchwcTransformer names the nodes it inserts from a counter, so frozen compares ``engine_identity``
+    reproducible_engines: ClassVar[bool] = True
+
+    def engine_identity(self, engine: Path) -> str | None:
+        from trt_routes.backends.onnx_identity import model_identity
+
+        return model_identity(engine)
 
     def __init__(self) -> None:
         self._catalog: Catalog | None = None

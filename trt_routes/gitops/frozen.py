@@ -197,7 +197,11 @@ class FrozenBuilder:
                 ref = self.trials.reference(job)
                 trial = self.trials.run_trial(job, fj.route, ref)
                 fj.built = 1
-            self.verify(fj, trial, backend.reproducible_engines, backend.name)
+            identity = None
+            if trial.status == "ok" and trial.engine_sha256 != fj.locked_sha256 and self.project.store.has(
+                    trial.engine_sha256):
+                identity = backend.engine_identity(self.project.store.path(trial.engine_sha256))
+            self.verify(fj, trial, backend.reproducible_engines, backend.name, identity)
             dest = self.project.engine_path(job, backend.engine_suffix_for(job.settings))
             self.project.store.materialize(trial.engine_sha256, dest)
             fj.engine_path = self.project.rel(dest)
@@ -206,8 +210,10 @@ class FrozenBuilder:
         fj.seconds = time.perf_counter() - start
         return fj
 
-    def verify(self, fj: FrozenJob, trial: TrialRecord, reproducible: bool, backend: str) -> None:
-        """Route, accuracy, digest, timing: raise JobFailed on the first check that fails."""
+    def verify(self, fj: FrozenJob, trial: TrialRecord, reproducible: bool, backend: str,
+               identity: str | None = None) -> None:
+        """Route, accuracy, digest (or the engine's structural identity where the backend's bytes are not
+        deterministic), timing: raise JobFailed on the first check that fails."""
         if trial.status != "ok" or trial.median_ms is None:
             raise JobFailed(f"rebuilding the locked route {describe(fj.route)} failed: {trial.status}: "
                              f"{trial.error or 'no timing'}")
@@ -218,18 +224,33 @@ class FrozenBuilder:
             raise JobFailed(f"the rebuilt engine fails tolerance '{fj.job.tolerance_name}': "
                              + "; ".join(failures))
         fj.checks.append(f"accuracy within tolerance '{fj.job.tolerance_name}'")
+        locked_identity = self._locked_identity(fj)
         if trial.engine_sha256 == fj.locked_sha256:
             fj.digest = "identical"
             fj.checks.append("engine digest identical to the lock")
+        elif identity is not None and locked_identity is not None and identity == locked_identity:
+            fj.digest = "differs in bytes, identical in structure"
+            fj.checks.append(f"engine structure identical to the lock ({backend} names the nodes it inserts "
+                             "differently in every build; the new digest is recorded)")
+        elif identity is not None and locked_identity is not None and not fj.drift:
+            raise JobFailed(f"the rebuilt engine's graph differs from the locked one (structure {identity[-12:]} "
+                             f"against {locked_identity[-12:]}): the lock or the model was edited by hand, or "
+                             f"{backend} optimizes differently here")
         elif reproducible and not fj.drift:
+            hint = (" (this lock predates structural identities: `trt-routes apply` records one)"
+                    if identity is not None and locked_identity is None else "")
             raise JobFailed(f"the rebuilt engine {trial.engine_sha256[:12]} differs from the locked "
                              f"{fj.locked_sha256[:12]}, though {backend} builds are reproducible on one "
                              "signature: the lock or the model was edited by hand, or the build is not "
-                             "deterministic here")
+                             f"deterministic here{hint}")
         else:
             fj.digest = "differs (signature drift)" if fj.drift else f"differs ({backend} builds are not " \
                                                                      "bit-reproducible)"
         self._timing(fj, trial)
+
+    def _locked_identity(self, fj: FrozenJob) -> str | None:
+        entry = self.lock.jobs.get(fj.job.name)
+        return entry.engine.identity if entry is not None and entry.engine is not None else None
 
     def _timing(self, fj: FrozenJob, trial: TrialRecord) -> None:
         median = trial.median_ms

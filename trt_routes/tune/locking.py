@@ -73,7 +73,7 @@ class LockWriter:
                               chosen_ci_ms=[winner.ci_low, winner.ci_high]),
             losses=winner.losses,
             engine=LockEngine(sha256=winner.engine_sha256, path=self.project.rel(dest),
-                              size=dest.stat().st_size),
+                              size=dest.stat().st_size, identity=backend.engine_identity(dest)),
             trials=counts,
             selection=LockSelection(key=selection_key(job), confirmation=canonical.normalize(sel.confirmation)),
         )
