@@ -15,6 +15,7 @@ import numpy as np
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job, find_job
 from trt_routes.lockfile import LockEntry, Lockfile
+from trt_routes.noise import busy_summary
 from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
@@ -141,6 +142,8 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
     if sel is not None:
         ex.margin, ex.decision = _decision(job, sel, trials, entry)
         ex.decision += confirmation_lines(sel, pending)
+        if (busy := busy_summary((t.meta for t in trials.values()), job.measurement.busy)) is not None:
+            ex.decision.append(f"Busy host: {busy}.")
     ex.provenance = _provenance(job, trials, sel)
     ex.older = _older_groups(job, others, cache)
     return ex

@@ -220,8 +220,19 @@ class Settle(Strict):
     max_runs: Int = Field(default=200, ge=2, le=1_000_000)
 
 
+class Busy(Strict):
+    """What a trial measured on a busy host means: other processes kept more than ``max_others`` of the
+    CPUs busy while it was timed (the noise context every trial records). ``warn`` (the default) says so in
+    apply, explain and the report; ``refuse`` does not keep such a trial (it is measured again next time)
+    and fails the job. Not part of any key."""
+
+    action: Literal["warn", "refuse", "ignore"] = "warn"
+    max_others: Number = Field(default=0.25, gt=0, le=1, description="share of all CPUs other processes "
+                               "kept busy while a trial was timed")
+
+
 class Measurement(Strict):
-    """The measurement protocol. Part of every trial's key."""
+    """The measurement protocol. Part of every trial's key (but ``timeout_s`` and ``busy``)."""
 
     warmup: Int = Field(default=10, ge=0, le=100_000)
     iterations: Int = Field(default=20, ge=1, le=1_000_000)
@@ -232,7 +243,15 @@ class Measurement(Strict):
     settle: Settle | None = Field(default_factory=lambda: Settle(), description="after `warmup`, warm up "
                                   "until timings settle (bounded); false: the fixed warm-up only")
 
+    busy: Busy = Field(default_factory=Busy, description="warn|refuse when other processes load the host "
+                       "while a trial is timed; not in the key")
+
     _settle_switch = field_validator("settle", mode="before")(switchable_section)
+
+    @field_validator("busy", mode="before")
+    @classmethod
+    def _busy_word(cls, v: object) -> object:
+        return {"action": v} if isinstance(v, str) else v
 
     def key_fields(self) -> dict[str, object]:
         return {"warmup": self.warmup, "iterations": self.iterations, "repeats": self.repeats,

@@ -42,7 +42,7 @@ from trt_routes.tune.outcome import (
     Reporter,
     SilentReporter,
 )
-from trt_routes.tune.trials import JobFailed, TrialRunner, to_record
+from trt_routes.tune.trials import HostBusy, JobFailed, TrialRunner, to_record
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "EXIT_WORK", "Applier", "ApplyOptions",
            "ApplyResult", "Halt", "JobOutcome", "Phase", "Reporter", "SilentReporter", "apply", "compute_plan",
@@ -151,7 +151,11 @@ class Applier(TrialRunner):
                 self.take_remeasurement(tuning, result)
                 continue
             route = tuning.in_flight.pop(ticket)
-            tuning.trials[route] = self.record(tuning.job, route, result)
+            try:
+                tuning.trials[route] = self.record(tuning.job, route, result)
+            except HostBusy as exc:  # measurement.busy: refuse
+                tuning.error, tuning.halt = str(exc), Halt.FAILED
+                continue
             tuning.built += 1
             tuning.fresh = True
 

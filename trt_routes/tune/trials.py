@@ -9,14 +9,19 @@ from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
 from trt_routes.jobs import Job
 from trt_routes.measure import timing_stats
+from trt_routes.noise import busy_reason
 from trt_routes.project import LossLookupFromBlobs, Project
-from trt_routes.routes import route_dict
+from trt_routes.routes import describe, route_dict
 from trt_routes.tune.outcome import Reporter
 
 
 class JobFailed(Exception):
     """A job cannot be locked: its reference run, the winner's rebuild or a frozen rebuild's check failed.
     The message says which; it becomes the job's ``error``."""
+
+
+class HostBusy(JobFailed):
+    """``measurement.busy: refuse`` and a trial was timed on a busy host: it is not kept, the job fails."""
 
 
 def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
@@ -47,6 +52,7 @@ class TrialRunner:
         self.executor = executor
         self.store = project.store
         self.lookup = LossLookupFromBlobs(cache, self.store)
+        self._busy_warned: set[str] = set()
 
     # -- references ------------------------------------------------------------------------
     def reference(self, job: Job) -> tuple[str, str]:
@@ -97,6 +103,14 @@ class TrialRunner:
     def record(self, job: Job, route: str, result: TaskResult) -> TrialRecord:
         """The one place a trial result becomes a cache row (the coordinator is the only writer)."""
         record = to_record(job, route, result)
+        busy = busy_reason(record.meta, job.measurement.busy) if record.status == "ok" else None
+        if busy is not None and job.measurement.busy.action == "refuse":
+            raise HostBusy(f"the trial of {describe(route)} was not kept: {busy} (measurement.busy: refuse; "
+                           "tune on a quiet host, or set measurement.busy: warn)")
         self.cache.add_trial(record, job.signature.fields if job.signature else None)
         self.reporter.trial_done(job, record)
+        if busy is not None and job.name not in self._busy_warned:
+            self._busy_warned.add(job.name)
+            self.reporter.message(f"warning: {job.name}: a trial was timed on a busy host: {busy}; timings "
+                                  "carry that noise (explain counts them; measurement.busy: refuse to insist)")
         return record
