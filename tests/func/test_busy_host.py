@@ -47,6 +47,10 @@ def test_warn_tunes_and_says_the_host_was_busy(tmp_path: Path, tiny_models: dict
     assert "was timed on a busy host" in out and "of the CPUs busy" in out
     code, out = cli("explain", "cnn/bs1/cpu", "-m", str(manifest))
     assert code == 0 and "Busy host:" in out
+    page = tmp_path / "report.html"
+    code, out = cli("report", "--html", str(page), "-m", str(manifest))
+    assert code == 0, out
+    assert "Busy host:" in page.read_text()
 
 
 def test_refuse_keeps_no_trial_and_fails_the_job(tmp_path: Path, tiny_models: dict[str, Path],
