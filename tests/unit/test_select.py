@@ -84,3 +84,25 @@ def test_l0_at_new_parameters_comes_from_the_lookup() -> None:
     assert ("-a=1", "l0@atol=0.001,rtol=0") in asked
     sel = select(trials, list(trials), tol)  # without a lookup the loss is missing: not eligible
     assert sel.winner is None
+
+
+def test_no_eligible_route_names_each_failing_check_and_the_threshold_that_admits_the_default() -> None:
+    trials = {t.route: t for t in [trial("", 2.0, cos=3.1e-3), trial("-a=1", 1.0, cos=5e-3, linf=0.5),
+                                   trial("-b=1", None, status="crashed", error="boom")]}
+    sel = select(trials, list(trials), TOL)
+    assert sel.winner is None
+    assert "2 route(s) failed the accuracy gate" in sel.summary
+    assert "default: y: cos 0.0031 >= 0.0001" in sel.summary
+    assert "-a=1: y: cos 0.005 >= 0.0001; y: lInf 0.5 >= 0.01" in sel.summary
+    assert "1 other route(s) crashed or failed to build" in sel.summary
+    assert "the default route would pass with y cos < 0.0032 (now 0.0001)" in sel.summary
+
+
+def test_no_eligible_route_when_every_route_crashed_gives_the_first_error_not_a_tolerance_hint() -> None:
+    trials = {t.route: t for t in [trial("", None, status="crashed", error="External data path does not exist"),
+                                   trial("-a=1", None, status="timeout", error="after 60 s")]}
+    sel = select(trials, list(trials), TOL)
+    assert sel.winner is None
+    assert "all 2 route(s) crashed, timed out or failed to build" in sel.summary
+    assert "External data path does not exist" in sel.summary and "--retry-failed" in sel.summary
+    assert "tolerance" not in sel.summary and "would pass" not in sel.summary

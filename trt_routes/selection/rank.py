@@ -76,6 +76,54 @@ def gate(trial: TrialRecord, tolerance: Tolerance, lookup: LossLookup | None = N
     return failures
 
 
+def failing_checks(trial: TrialRecord, tolerance: Tolerance,
+                   lookup: LossLookup | None = None) -> list[tuple[str, Check, float]]:
+    """(output, check, loss) of every check ``trial`` fails on a measured, finite loss."""
+    out = []
+    for output in sorted(trial.losses):
+        for check in tolerance.checks_for(output):
+            value = trial.losses[output].get(check.key)
+            if value is None and lookup is not None:
+                value = lookup(trial, output, check)
+            if value is not None and math.isfinite(value) and value >= check.threshold:
+                out.append((output, check, value))
+    return out
+
+
+def _looser(value: float) -> str:
+    """A threshold just above ``value`` (two significant digits, rounded up): the loosest that admits it."""
+    if value <= 0:
+        return "any positive threshold"
+    exp = math.floor(math.log10(value)) - 1
+    return f"{math.ceil(value / 10**exp * 1.0001 + 1e-9) * 10**exp:.2g}"
+
+
+def _no_eligible(prelim: list[Verdict], trials: Mapping[str, TrialRecord], tolerance: Tolerance,
+                 lookup: LossLookup | None) -> str:
+    """Why no route is eligible, by cause: all crashed (the first error), or which checks failed."""
+    if not prelim:
+        return "no eligible route: nothing was measured"
+    broken = [v for v in prelim if v.status != "ok" or v.median_ms is None]
+    gated = [v for v in prelim if v not in broken]
+    if not gated:
+        first = broken[0]
+        return (f"no eligible route: all {len(broken)} route(s) crashed, timed out or failed to build; the first, "
+                f"{describe(first.route)}: {first.reason} (fix the cause, then `trt-routes apply --retry-failed`)")
+    parts = [f"{describe(v.route)}: {'; '.join(v.failed_checks)}" for v in gated[:4]]
+    more = f"; and {len(gated) - 4} more" if len(gated) > 4 else ""
+    crashed = f"; {len(broken)} other route(s) crashed or failed to build" if broken else ""
+    line = (f"no eligible route: {len(gated)} route(s) failed the accuracy gate ({' | '.join(parts)}{more})"
+            f"{crashed}")
+    default = trials.get(DEFAULT_ROUTE)
+    if default is not None and default.status == "ok" and default.median_ms is not None:
+        fails = failing_checks(default, tolerance, lookup)
+        if fails:
+            needed = ", ".join(f"{out} {check.metric} < {_looser(value)} (now {_fmt(check.threshold)})"
+                               for out, check, value in fails)
+            line += f"; the default route would pass with {needed}"
+    return line
+
+
 def _status_reason(trial: TrialRecord) -> str:
     if trial.status == "crashed":
         return f"crashed: {trial.error or 'worker died'}"
@@ -136,7 +184,7 @@ def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: 
         else:
             verdicts.append(v)
     if winner is None:
-        summary = "no eligible route: every candidate failed to build, crashed or failed the accuracy gate"
+        summary = _no_eligible(prelim, trials, tolerance, lookup)
     elif winner.route == DEFAULT_ROUTE:
         summary = f"default route kept: no eligible route was faster ({_fmt(winner.median_ms)} ms)"  # type: ignore[arg-type]
     else:
