@@ -97,12 +97,16 @@ class LockStrategy(LockRecord):
 
 
 class LockTiming(LockRecord):
-    """Medians of the default route and of the winner, their ratio and the winner's interval (ms)."""
+    """Medians of the default route and of the winner, the winner's interval (ms), and the headline speedup
+    (``trt_routes.selection.headline``): the side-by-side confirmed ratio with its interval where a
+    confirmation ran (``speedup_basis: side-by-side``), else the ratio of the medians (``raw-medians``)."""
 
     default_ms: Number | None = None
     chosen_ms: Number | None = None
     speedup: Number | None = None
     chosen_ci_ms: list[Number | None] | None = None
+    speedup_ci: list[Number | None] | None = None
+    speedup_basis: str | None = None
 
 
 class LockEngine(LockRecord):

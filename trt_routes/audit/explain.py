@@ -21,6 +21,7 @@ from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
 from trt_routes.search.job import job_search
 from trt_routes.selection.final import confirmation_lines, final_selection
+from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
 
 CONFIDENCE = 0.95
@@ -99,7 +100,7 @@ class Explanation:
             "winner": sel.winner if sel else None,
             "default_ms": sel.default_ms if sel else None,
             "chosen_ms": sel.chosen_ms if sel else None,
-            "speedup": sel.speedup if sel else None,
+            "speedup": headline(sel).to_json() if sel else None,
             "margin": self.margin.to_json() if self.margin else None,
             "tolerance": {"name": self.job.tolerance_name, **self.job.tolerance.model_dump(mode="json")},
             "trials": [

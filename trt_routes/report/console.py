@@ -85,7 +85,8 @@ def summary_table(result: ApplyResult) -> Table:
             trials.candidates if trials is not None and "candidates" in trials else 0)
         note = o.error or ("up to date" if o.action == "up-to-date" else o.action)
         table.add_row(o.job.name, ms(timing.default_ms), ms(timing.chosen_ms),
-                      f"{speed:.2f}x" if speed else "-",
+                      (f"{speed:.2f}x" + (" raw" if timing.speedup_basis == "raw-medians" else "")) if speed
+                      else "-",
                       describe(entry.route or "") if "route" in entry else "-", str(built), str(reused),
                       f"[red]{escape(note)}[/]" if o.error else escape(note))
     for jp in result.plan.jobs:

@@ -157,9 +157,15 @@ def job_report(project: Project, job: Job, ex: Explanation, lookup: LossLookup) 
         note = "default kept" if kind == "default" else describe(locked_route or "")
         if rep.state == "unlocked":
             note += " (not locked)"
-        use_ci = mg is not None and mg.route == locked_route
-        rep.bar = Bar(job.name, speed, mg.low if use_ci and mg else None, mg.high if use_ci and mg else None,
-                      kind, note, rep.anchor)
+        confirmed_ci = lock.timing.speedup_ci if lock is not None and lock.timing is not None else None
+        if confirmed_ci and len(confirmed_ci) == 2:  # the side-by-side interval of the headline speedup
+            low, high = confirmed_ci
+        elif mg is not None and mg.route == locked_route:
+            low, high = mg.low, mg.high
+            note += " (raw medians)"
+        else:
+            low = high = None
+        rep.bar = Bar(job.name, speed, low, high, kind, note, rep.anchor)
     return rep
 
 

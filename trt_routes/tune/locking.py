@@ -24,6 +24,7 @@ from trt_routes.plan.diff import candidates_key
 from trt_routes.project import Project
 from trt_routes.routes import describe
 from trt_routes.search.job import selection_key
+from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import Selection
 from trt_routes.tune.outcome import JobOutcome
 
@@ -50,6 +51,7 @@ class LockWriter:
                 previous.engine_sha256 == winner.engine_sha256 and outcome.built == 0 and "trials" in previous:
             counts = previous.trials  # type: ignore[assignment]  # a reselect that changes nothing
         assert job.signature is not None
+        head = headline(sel)
         model = LockModel(entry=job.entry, digest=job.model_digest) if job.entry else \
             LockModel(path=self.project.rel(job.model_path), digest=job.model_digest)
         return LockEntry(
@@ -69,8 +71,8 @@ class LockWriter:
             tolerance_key=job.tolerance_key,
             strategy=LockStrategy(name=job.strategy_name, mode=job.strategy.mode),
             candidates_key=candidates_key(cands),
-            timing=LockTiming(default_ms=sel.default_ms, chosen_ms=sel.chosen_ms, speedup=sel.speedup,
-                              chosen_ci_ms=[winner.ci_low, winner.ci_high]),
+            timing=LockTiming(default_ms=sel.default_ms, chosen_ms=sel.chosen_ms, speedup=head.speedup,
+                              chosen_ci_ms=[winner.ci_low, winner.ci_high], **head.lock_fields()),
             losses=winner.losses,
             engine=LockEngine(sha256=winner.engine_sha256, path=self.project.rel(dest),
                               size=dest.stat().st_size, identity=backend.engine_identity(dest)),
