@@ -28,10 +28,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trt_routes.cache.store import TrialRecord  # noqa: E402
+from trt_routes.cache import TrialRecord  # noqa: E402
 from trt_routes.execute.local import LocalExecutor  # noqa: E402
 from trt_routes.jobs import Job  # noqa: E402
-from trt_routes.plan.diff import JobPlan, Plan  # noqa: E402
+from trt_routes.plan import JobPlan, Plan  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402

@@ -148,7 +148,7 @@ def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_cache
     """One apply with ``workers`` workers; ``pin=False``: GPU workers not bound to their cores (only their
     compile pools bounded), as before GPU workers were pinned, for comparison in the same invocation."""
     dest = scratch / f"w{workers}{'' if pin else 'u'}{'c' if own_caches else ''}"
-    from trt_routes.execute import pool
+    import trt_routes.execute.pool as pool
 
     pin_gpu_slots = pool.pin_gpu_slots
     if not pin:

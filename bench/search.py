@@ -34,16 +34,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trt_routes.backends.landscape import Landscape, load, route_seed  # noqa: E402
-from trt_routes.cache.store import TrialRecord  # noqa: E402
-from trt_routes.manifest.schema import Check, Confirm, Tolerance  # noqa: E402
+from trt_routes.cache import TrialRecord  # noqa: E402
+from trt_routes.manifest import Check, Confirm, Tolerance  # noqa: E402
 from trt_routes.measure import timing_stats  # noqa: E402
-from trt_routes.plan.diff import outcomes  # noqa: E402
+from trt_routes.plan import outcomes  # noqa: E402
 from trt_routes.routes import parse_expression  # noqa: E402
-from trt_routes.search import Search, make_search  # noqa: E402
-from trt_routes.search.base import Outcome  # noqa: E402
+from trt_routes.search import Outcome, Search, make_search  # noqa: E402
 from trt_routes.search.job import JobSearch  # noqa: E402
-from trt_routes.selection.confirm import Remeasurement, resolve, schedule  # noqa: E402
-from trt_routes.selection.rank import DEFAULT_ROUTE, gate, select  # noqa: E402
+from trt_routes.selection import DEFAULT_ROUTE, Remeasurement, gate, resolve, schedule, select  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
 #: the quickstart's gate, for landscapes whose meta names no ``tolerance``
