@@ -9,7 +9,8 @@
    only after the previous result is recorded (the way apply worked before; the reference line).
 
 Prints a table with ratios against those targets (the baselines the issue names).
-Run: python bench/plan_overhead.py [--jobs-models 20] [--shapes 10]"""
+Run: python bench/plan_overhead.py [--models 20] [--shapes 10] [--only JOB] [--group EXPR]
+(``--only``/``--group`` shrink the quickstart part: some of its jobs, another switch group.)"""
 
 from __future__ import annotations
 
@@ -115,14 +116,21 @@ class OneAtATime(LocalExecutor):
         return 0
 
 
-def quickstart_overhead(tmp: Path, queue: bool = True) -> dict[str, float]:
+def quickstart_overhead(tmp: Path, queue: bool = True, only: list[str] | None = None,
+                        group: str | None = None) -> dict[str, float]:
+    """``only``: these of the quickstart's jobs (default: all); ``group``: this tuning expression for every
+    switch group of the quickstart (default: its own)."""
     dest = tmp / f"quickstart-{'queued' if queue else 'serial'}"
     dest.mkdir()
     shutil.copy(REPO / "tuning.yaml", dest / "tuning.yaml")
+    if group:
+        data = yaml.safe_load((dest / "tuning.yaml").read_text())
+        data["switch_groups"] = {name: group for name in data["switch_groups"]}
+        (dest / "tuning.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     shutil.copytree(REPO / "recipes" / "quickstart", dest / "recipes" / "quickstart")
     clock = Clock()
     t0 = time.perf_counter()
-    result = apply(open_project(dest / "tuning.yaml"), ApplyOptions(), clock,
+    result = apply(open_project(dest / "tuning.yaml"), ApplyOptions(only=list(only or [])), clock,
                    executor_factory=None if queue else OneAtATime)
     wall = time.perf_counter() - t0
     assert result.exit_code == 0
@@ -153,6 +161,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=int, default=20)
     ap.add_argument("--shapes", type=int, default=10)
+    ap.add_argument("--only", action="append", default=[], metavar="JOB",
+                    help="quickstart part: only this job (repeatable; default: every job)")
+    ap.add_argument("--group", default=None, metavar="EXPR",
+                    help="quickstart part: this tuning expression instead of its switch group")
     args = ap.parse_args()
     rows: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -183,8 +195,8 @@ def main() -> None:
         rows.append((f"no-op plan, {n} trials / {jobs} jobs", f"{plan_s:.3f} s", "1 s",
                      f"{plan_s / 1.0:.2f}"))
         rows.append(("no-op apply, same cache", f"{apply_s:.3f} s", "1 s", f"{apply_s / 1.0:.2f}"))
-        serial = quickstart_overhead(tmp, queue=False)
-        q = quickstart_overhead(tmp)
+        serial = quickstart_overhead(tmp, queue=False, only=args.only, group=args.group)
+        q = quickstart_overhead(tmp, only=args.only, group=args.group)
         rows.append((f"quickstart overhead per trial (median of {q['trials']} trials)",
                      f"{q['median_share'] * 100:.1f}% ({q['median_overhead_ms']:.1f} ms of "
                      f"{q['median_trial_ms'] + q['median_overhead_ms']:.0f} ms)", "5%",
