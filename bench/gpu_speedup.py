@@ -133,7 +133,7 @@ def summarize(job: str, model: str, spec: dict[str, Any], entry: dict[str, Any] 
         row.update(status="unfinished", default_ms=default.median_ms if default else None,
                    best_seen_ms=min((t.median_ms for t in ok), default=None))
         return row
-    chosen = trials.get(entry["route"])
+    chosen = trials[entry["route"]]
     speedup = default.median_ms / chosen.median_ms
     low = default.ci_low / chosen.ci_high if chosen.ci_high and default.ci_low else None
     high = default.ci_high / chosen.ci_low if chosen.ci_low and default.ci_high else None

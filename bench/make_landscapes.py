@@ -26,7 +26,7 @@ from trt_routes.backends.landscape import SCHEMA, dump, load, validate  # noqa: 
 
 SESSIONS, PER_SESSION = 12, 25
 
-GPU_KNOBS = [
+GPU_KNOBS: list[dict[str, Any]] = [
     {"option": "-cuda_graphs", "values": ["off", "on"], "default": "off"},
     {"option": "-max_autotune", "values": ["off", "on"], "default": "off"},
     {"option": "-tile", "values": ["64", "128", "256"], "default": "128"},

@@ -72,6 +72,7 @@ def fill_cache(manifest: Path) -> int:
     for job in project.jobs:
         assert job.expression is not None and job.catalog is not None and job.signature is not None
         sigs[job.signature.hash] = job.signature.fields
+        parts: dict[str, Any] = dict(job.key_parts())
         routes = ["", *make_search("full", job.expression, job.catalog).candidates({})]
         for i, route in enumerate(dict.fromkeys(routes)):
             med = 1.0 + (i * 7919 % 250) / 1000
@@ -81,7 +82,7 @@ def fill_cache(manifest: Path) -> int:
                 ci_low=med * 0.99, ci_high=med * 1.01, mean_ms=med, stdev_ms=0.01, samples=[med] * 100,
                 losses={"logits": {"cos": 1e-7, "lInf": 1e-5, "l1": 1e-6, "l2": 1e-12,
                                    "l0@atol=1e-05,rtol=1e-05": 0.0}},
-                build_s=0.01, measure_s=0.1, engine_sha256=engine_sha, **job.key_parts()))
+                build_s=0.01, measure_s=0.1, engine_sha256=engine_sha, **parts))
     with project.open_cache() as cache:
         return cache.add_trials(rows, sigs)
 

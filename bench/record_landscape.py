@@ -92,13 +92,13 @@ def record(manifest: Path, job_name: str, group: str | None, rounds: int, iterat
             shuffled = ok[:]
             rng.shuffle(shuffled)
             order += shuffled
-        task = RemeasureTask(backend=job.backend, spec=job.build_spec(route_dict(ok[0])), store_root=str(store.root),
-                             inputs_sha=ref.inputs_sha256,
-                             engines=tuple((r, job.build_spec(route_dict(r)), engines[r]) for r in ok),
-                             order=tuple(order), iterations=iterations, warmup=m.warmup,
-                             settle=settle_spec(m.settle), keep_samples=True)
+        remeasure = RemeasureTask(backend=job.backend, spec=job.build_spec(route_dict(ok[0])),
+                                  store_root=str(store.root), inputs_sha=ref.inputs_sha256,
+                                  engines=tuple((r, job.build_spec(route_dict(r)), engines[r]) for r in ok),
+                                  order=tuple(order), iterations=iterations, warmup=m.warmup,
+                                  settle=settle_spec(m.settle), keep_samples=True)
         log(f"re-measuring {len(ok)} routes in {rounds} interleaved rounds of {iterations} runs")
-        result = ex.run(task, m.timeout_s * (1 + len(ok)))
+        result = ex.run(remeasure, m.timeout_s * (1 + len(ok)))
         if result.status != "ok":
             raise SystemExit(f"re-measurement failed: {result.status}: {result.error}")
     for route in ok:

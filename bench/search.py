@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class World:
     def trial(self, route: str) -> TrialRecord:
         k = self.count[route] = self.count.get(route, 0) + 1
         rec = self.land.get(route)
-        base = dict(id=route, group_key="g", job="bench", route=route, signature="s", model_digest="m",
+        base: dict[str, Any] = dict(id=route, group_key="g", job="bench", route=route, signature="s", model_digest="m",
                     shape_key="x", settings_key="y", protocol_key="p", reference_key="r", backend="replay")
         if rec is None or rec.status != "ok":
             self.clock += rec.build_s if rec is not None else BUILD_S_UNKNOWN

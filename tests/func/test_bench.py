@@ -24,8 +24,7 @@ ORT_ONE_KNOB = "-graph_optimization_level=[basic|all]"
 
 def bench(script: str, *args: str, cwd: Path, timeout: float = 300) -> str:
     """Run ``bench/<script>`` with ``args``; its stdout (stderr shown if it fails)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=cwd, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, f"{script} exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout

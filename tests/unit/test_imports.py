@@ -33,10 +33,9 @@ def module_names() -> list[str]:
 
 def run_all(commands: dict[str, list[str]]) -> dict[str, subprocess.CompletedProcess[str]]:
     """Each command in its own fresh interpreter, a few at a time."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def one(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
 
     with ThreadPoolExecutor(max_workers=max(2, 2 * (os.cpu_count() or 1))) as pool:
         return dict(zip(commands, pool.map(one, commands.values()), strict=True))
