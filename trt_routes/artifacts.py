@@ -10,7 +10,7 @@ did not change is hashed once per process, and a materialized file's digest is k
 
 from __future__ import annotations
 
-__all__ = ["BlobStore", "atomic_write_text"]
+__all__ = ["DIGESTS", "BlobStore", "atomic_copy", "atomic_write_text", "file_digest"]
 
 import hashlib
 import io

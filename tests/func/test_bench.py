@@ -133,6 +133,22 @@ def test_plan_overhead_prints_its_table_with_ratios(tmp_path: Path) -> None:
     assert re.search(r"^quickstart whole run incl\. start-up and references\s+[\d.]+% of [\d.]+ s", out, re.M)
 
 
+def test_malformed_manifests_tallies_one_class(tmp_path: Path) -> None:
+    """One small class of the corpus (encoding) through validate, plan and apply of a freshly tuned project."""
+    out = bench("malformed_manifests.py", "--classes", "encoding", cwd=tmp_path)
+    cols = ["clean", "tracebacks", "wrote", "accepted", "unclear"]
+    assert re.search(r"^class +tried +" + " +".join(cols) + "$", out, re.M), out
+    rows = {name: [int(x) for x in nums.split()] for name, nums in
+            re.findall(r"^(encoding|total) +((?:\d+ +){5}\d+)$", out, re.M)}
+    assert set(rows) == {"encoding", "total"} and rows["encoding"] == rows["total"], out
+    tried, *counts = rows["total"]
+    assert tried >= 4 and sum(counts) == tried  # every case lands in exactly one column
+    last = re.fullmatch(r"tried=(\d+) clean=(\d+) tracebacks=(\d+) wrote=(\d+) accepted=(\d+)",
+                        out.strip().splitlines()[-1])
+    assert last and [int(x) for x in last.groups()] == [tried, *counts[:4]], out
+    assert counts[1] == counts[2] == 0  # no traceback escaped, no file of the project changed
+
+
 def test_scale_onnxruntime_prints_the_ratio_of_two_workers_to_one(tmp_path: Path) -> None:
     out = bench("scale.py", "--backend", "onnxruntime", "--group=-enable_mem_pattern=[0|1]", "--workers", "2,1",
                 "--json", str(tmp_path / "scale.json"), cwd=tmp_path)

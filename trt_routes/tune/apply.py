@@ -6,8 +6,6 @@ its lock entry ``trt_routes.tune.locking``, what apply is asked and returns ``tr
 
 from __future__ import annotations
 
-__all__ = ["ApplyOptions", "ApplyResult", "JobOutcome", "Reporter", "SilentReporter", "apply", "compute_plan"]
-
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
