@@ -101,7 +101,7 @@ def run_shards(folders: list[Path], deadline_s: float, threads: int) -> dict[str
 
 def collect(folder: Path) -> list[dict[str, Any]]:
     """Per job of one shard: lock entry (if selection finished) and every trial from the cache."""
-    from trt_routes.cache.store import CacheStore
+    from trt_routes.cache import CacheStore
 
     lock_path = folder / "tuning.lock"
     lock = (yaml.safe_load(lock_path.read_text()) or {}).get("jobs", {}) if lock_path.exists() else {}
@@ -133,7 +133,7 @@ def summarize(job: str, model: str, spec: dict[str, Any], entry: dict[str, Any] 
         row.update(status="unfinished", default_ms=default.median_ms if default else None,
                    best_seen_ms=min((t.median_ms for t in ok), default=None))
         return row
-    chosen = trials.get(entry["route"])
+    chosen = trials[entry["route"]]
     speedup = default.median_ms / chosen.median_ms
     low = default.ci_low / chosen.ci_high if chosen.ci_high and default.ci_low else None
     high = default.ci_high / chosen.ci_low if chosen.ci_low and default.ci_high else None
@@ -145,7 +145,7 @@ def summarize(job: str, model: str, spec: dict[str, Any], entry: dict[str, Any] 
 
 def landscape(folder: Path, job_name: str) -> dict[str, Any]:
     """The job's trials as a trt-routes/landscape@1 file (routes absent from it replay as crashed builds)."""
-    from trt_routes.cache.store import CacheStore
+    from trt_routes.cache import CacheStore
     from trt_routes.project import open_project
 
     project = open_project(folder / "tuning.yaml")

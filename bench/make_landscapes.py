@@ -22,11 +22,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trt_routes.backends import landscape as ls  # noqa: E402
+from trt_routes.backends.landscape import SCHEMA, dump, load, validate  # noqa: E402
 
 SESSIONS, PER_SESSION = 12, 25
 
-GPU_KNOBS = [
+GPU_KNOBS: list[dict[str, Any]] = [
     {"option": "-cuda_graphs", "values": ["off", "on"], "default": "off"},
     {"option": "-max_autotune", "values": ["off", "on"], "default": "off"},
     {"option": "-tile", "values": ["64", "128", "256"], "default": "128"},
@@ -78,7 +78,7 @@ def launch_bound(rng: np.random.Generator) -> dict[str, Any]:
         if status == "ok":
             row["samples_ms"] = launch_bound_samples(compute, assign["-cuda_graphs"] == "on", rng)
         routes.append(row)
-    return {"schema": ls.SCHEMA, "backend": "synthetic",
+    return {"schema": SCHEMA, "backend": "synthetic",
             "knobs": GPU_KNOBS, "routes": routes,
             "meta": {"description": "launch-bound default on a shared GPU: routes without CUDA graphs have "
                                     "session medians from 0.88 to 1.96 ms (default compute) and stalls; CUDA-graph "
@@ -112,10 +112,10 @@ def main() -> None:
     lb = launch_bound(rng)
     written = {"launch-bound-gpu.json": lb, "aa-launch-bound.json": aa_from(lb, rng, "launch-bound-gpu.json")}
     for path in sorted(args.out.glob("ort-*.json")):
-        written[f"aa-{path.name}"] = aa_from(ls.load(path).to_json(), rng, path.name)
+        written[f"aa-{path.name}"] = aa_from(load(path).to_json(), rng, path.name)
     for name, data in written.items():
-        ls.validate(data, name)
-        (args.out / name).write_text(ls.dump(data), encoding="utf-8")
+        validate(data, name)
+        (args.out / name).write_text(dump(data), encoding="utf-8")
         print(f"wrote {args.out / name}")
 
 

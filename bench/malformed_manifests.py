@@ -75,7 +75,7 @@ def tuned_project(root: Path) -> Path:
     from trt_routes.tune.apply import apply
 
     sys.path.insert(0, str(REPO / "recipes" / "quickstart"))
-    import make_models
+    import make_models  # type: ignore[import-not-found]  # recipes/quickstart, on sys.path above
 
     models = make_models.write_models(root / "generated")
     manifest = make_project(root / "p", models)

@@ -9,7 +9,8 @@
    only after the previous result is recorded (the way apply worked before; the reference line).
 
 Prints a table with ratios against those targets (the baselines the issue names).
-Run: python bench/plan_overhead.py [--jobs-models 20] [--shapes 10]"""
+Run: python bench/plan_overhead.py [--models 20] [--shapes 10] [--only JOB] [--group EXPR]
+(``--only``/``--group`` shrink the quickstart part: some of its jobs, another switch group.)"""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trt_routes.cache.store import TrialRecord  # noqa: E402
+from trt_routes.cache import TrialRecord  # noqa: E402
 from trt_routes.execute.local import LocalExecutor  # noqa: E402
 from trt_routes.jobs import Job  # noqa: E402
-from trt_routes.plan.diff import JobPlan, Plan  # noqa: E402
+from trt_routes.plan import JobPlan, Plan  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
@@ -62,15 +63,27 @@ def synthetic_project(root: Path, models: int, shapes: int) -> Path:
     return path
 
 
+def tiny_onnx() -> bytes:
+    """A one-node ONNX model: the engine every synthetic trial shares (a lock entry records its identity, which
+    parses it as ONNX)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "synthetic",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    return helper.make_model(graph).SerializeToString()  # type: ignore[no-any-return]
+
+
 def fill_cache(manifest: Path) -> int:
     """Write one ok trial per (job, candidate route) straight into the cache, sharing one engine blob."""
     project = open_project(manifest)
-    engine_sha = project.store.put_bytes(b"synthetic engine")
+    engine_sha = project.store.put_bytes(tiny_onnx())
     rows: list[TrialRecord] = []
     sigs: dict[str, dict[str, str]] = {}
     for job in project.jobs:
         assert job.expression is not None and job.catalog is not None and job.signature is not None
         sigs[job.signature.hash] = job.signature.fields
+        parts: dict[str, Any] = dict(job.key_parts())
         routes = ["", *make_search("full", job.expression, job.catalog).candidates({})]
         for i, route in enumerate(dict.fromkeys(routes)):
             med = 1.0 + (i * 7919 % 250) / 1000
@@ -80,7 +93,7 @@ def fill_cache(manifest: Path) -> int:
                 ci_low=med * 0.99, ci_high=med * 1.01, mean_ms=med, stdev_ms=0.01, samples=[med] * 100,
                 losses={"logits": {"cos": 1e-7, "lInf": 1e-5, "l1": 1e-6, "l2": 1e-12,
                                    "l0@atol=1e-05,rtol=1e-05": 0.0}},
-                build_s=0.01, measure_s=0.1, engine_sha256=engine_sha, **job.key_parts()))
+                build_s=0.01, measure_s=0.1, engine_sha256=engine_sha, **parts))
     with project.open_cache() as cache:
         return cache.add_trials(rows, sigs)
 
@@ -115,14 +128,21 @@ class OneAtATime(LocalExecutor):
         return 0
 
 
-def quickstart_overhead(tmp: Path, queue: bool = True) -> dict[str, float]:
+def quickstart_overhead(tmp: Path, queue: bool = True, only: list[str] | None = None,
+                        group: str | None = None) -> dict[str, float]:
+    """``only``: these of the quickstart's jobs (default: all); ``group``: this tuning expression for every
+    switch group of the quickstart (default: its own)."""
     dest = tmp / f"quickstart-{'queued' if queue else 'serial'}"
     dest.mkdir()
     shutil.copy(REPO / "tuning.yaml", dest / "tuning.yaml")
+    if group:
+        data = yaml.safe_load((dest / "tuning.yaml").read_text())
+        data["switch_groups"] = {name: group for name in data["switch_groups"]}
+        (dest / "tuning.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     shutil.copytree(REPO / "recipes" / "quickstart", dest / "recipes" / "quickstart")
     clock = Clock()
     t0 = time.perf_counter()
-    result = apply(open_project(dest / "tuning.yaml"), ApplyOptions(), clock,
+    result = apply(open_project(dest / "tuning.yaml"), ApplyOptions(only=list(only or [])), clock,
                    executor_factory=None if queue else OneAtATime)
     wall = time.perf_counter() - t0
     assert result.exit_code == 0
@@ -153,6 +173,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=int, default=20)
     ap.add_argument("--shapes", type=int, default=10)
+    ap.add_argument("--only", action="append", default=[], metavar="JOB",
+                    help="quickstart part: only this job (repeatable; default: every job)")
+    ap.add_argument("--group", default=None, metavar="EXPR",
+                    help="quickstart part: this tuning expression instead of its switch group")
     args = ap.parse_args()
     rows: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -183,8 +207,8 @@ def main() -> None:
         rows.append((f"no-op plan, {n} trials / {jobs} jobs", f"{plan_s:.3f} s", "1 s",
                      f"{plan_s / 1.0:.2f}"))
         rows.append(("no-op apply, same cache", f"{apply_s:.3f} s", "1 s", f"{apply_s / 1.0:.2f}"))
-        serial = quickstart_overhead(tmp, queue=False)
-        q = quickstart_overhead(tmp)
+        serial = quickstart_overhead(tmp, queue=False, only=args.only, group=args.group)
+        q = quickstart_overhead(tmp, only=args.only, group=args.group)
         rows.append((f"quickstart overhead per trial (median of {q['trials']} trials)",
                      f"{q['median_share'] * 100:.1f}% ({q['median_overhead_ms']:.1f} ms of "
                      f"{q['median_trial_ms'] + q['median_overhead_ms']:.0f} ms)", "5%",

@@ -24,12 +24,19 @@ def timed(label: str, fn: object) -> None:
     print(f"{label}: {time.perf_counter() - t:.2f} s {out if isinstance(out, str) else ''}".rstrip(), flush=True)
 
 
+def child() -> str:
+    """The child's line, or why it failed (no torch, no CUDA GPU) instead of nothing."""
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"(failed: {(proc.stderr.strip().splitlines() or [f'exit {proc.returncode}'])[-1]})"
+    return proc.stdout.strip()
+
+
 def main() -> None:
     for attempt in ("first", "second"):
         timed(f"{attempt} detect()", lambda: detect.__wrapped__() if hasattr(detect, "__wrapped__") else detect())
         timed(f"{attempt} gpu_local_cpus", lambda: str(gpu_local_cpus(["0", "1"])))
-        timed(f"{attempt} child process", lambda: subprocess.run([sys.executable, "-c", CHILD], capture_output=True,
-                                                                 text=True).stdout.strip())
+        timed(f"{attempt} child process", child)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from trt_routes import PROTOCOL_VERSION, __version__  # noqa: E402
 from trt_routes.artifacts import BlobStore  # noqa: E402
-from trt_routes.backends import landscape as ls  # noqa: E402
+from trt_routes.backends.landscape import SCHEMA, dump, validate  # noqa: E402
 from trt_routes.execute.local import LocalExecutor  # noqa: E402
 from trt_routes.execute.protocol import settle_spec  # noqa: E402
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TrialTask  # noqa: E402
@@ -39,7 +39,7 @@ from trt_routes.jobs import find_job  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.routes import parse_expression, route_dict  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402
-from trt_routes.selection.rank import DEFAULT_ROUTE  # noqa: E402
+from trt_routes.selection import DEFAULT_ROUTE  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
 
@@ -92,13 +92,13 @@ def record(manifest: Path, job_name: str, group: str | None, rounds: int, iterat
             shuffled = ok[:]
             rng.shuffle(shuffled)
             order += shuffled
-        task = RemeasureTask(backend=job.backend, spec=job.build_spec(route_dict(ok[0])), store_root=str(store.root),
-                             inputs_sha=ref.inputs_sha256,
-                             engines=tuple((r, job.build_spec(route_dict(r)), engines[r]) for r in ok),
-                             order=tuple(order), iterations=iterations, warmup=m.warmup,
-                             settle=settle_spec(m.settle), keep_samples=True)
+        remeasure = RemeasureTask(backend=job.backend, spec=job.build_spec(route_dict(ok[0])),
+                                  store_root=str(store.root), inputs_sha=ref.inputs_sha256,
+                                  engines=tuple((r, job.build_spec(route_dict(r)), engines[r]) for r in ok),
+                                  order=tuple(order), iterations=iterations, warmup=m.warmup,
+                                  settle=settle_spec(m.settle), keep_samples=True)
         log(f"re-measuring {len(ok)} routes in {rounds} interleaved rounds of {iterations} runs")
-        result = ex.run(task, m.timeout_s * (1 + len(ok)))
+        result = ex.run(remeasure, m.timeout_s * (1 + len(ok)))
         if result.status != "ok":
             raise SystemExit(f"re-measurement failed: {result.status}: {result.error}")
     for route in ok:
@@ -116,7 +116,7 @@ def record(manifest: Path, job_name: str, group: str | None, rounds: int, iterat
         knobs.append({"option": option, "values": list(dict.fromkeys([value, knob.default])),
                       "default": knob.default})
     data = {
-        "schema": ls.SCHEMA, "backend": job.backend,
+        "schema": SCHEMA, "backend": job.backend,
         "knobs": knobs,
         "routes": [rows[r] for r in routes],
         "meta": {"job": job.name, "expression": expr.text(), "aligned": True,
@@ -129,7 +129,7 @@ def record(manifest: Path, job_name: str, group: str | None, rounds: int, iterat
                               "trt_routes": __version__, "protocol_version": PROTOCOL_VERSION},
                  "seconds": round(time.perf_counter() - t0, 1)},
     }
-    ls.validate(data, "recorded landscape")
+    validate(data, "recorded landscape")
     return data
 
 
@@ -145,7 +145,7 @@ def main() -> None:
     args = ap.parse_args()
     data = record(args.manifest, args.job, args.group, args.rounds, args.iterations, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(ls.dump(data), encoding="utf-8")
+    args.out.write_text(dump(data), encoding="utf-8")
     ok = sum(1 for r in data["routes"] if r["status"] == "ok")
     print(f"wrote {args.out}: {len(data['routes'])} routes ({ok} ok), {data['meta']['seconds']} s")
 

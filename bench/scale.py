@@ -10,7 +10,7 @@ Runs go from the most workers to the fewest, so warm OS file caches favour the b
 * ``--backend torch-inductor`` (GPU targets, needs torch and >= 2 GPUs): a small MLP in float16, ``full``
   over 8 jit routes; one worker per GPU, pinned with CUDA_VISIBLE_DEVICES. Same trials, same keys.
 
-Run: python bench/scale.py [--backend onnxruntime|torch-inductor] [--workers 2,1] [--json FILE]"""
+Run: python bench/scale.py [--backend onnxruntime|torch-inductor] [--workers 2,1] [--group EXPR] [--json FILE]"""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def mlp(shapes):
 '''
 
 
-def ort_project(root: Path) -> Path:
+def ort_project(root: Path, group: str | None = None) -> Path:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_models", REPO / "recipes" / "quickstart" / "make_models.py")
@@ -63,7 +63,7 @@ def ort_project(root: Path) -> Path:
     data: dict[str, Any] = {
         "schema_version": 1,
         "measurement": {"warmup": 5, "iterations": 20, "repeats": 5, "timeout_s": 300},
-        "switch_groups": {"g": ORT_GROUP}, "strategies": {"full": {"mode": "full"}},
+        "switch_groups": {"g": group or ORT_GROUP}, "strategies": {"full": {"mode": "full"}},
         "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 1e-4}]}},
         "defaults": {"switch_group": "g", "strategy": "full", "tolerance": "t"},
         "models": {"cnn": {"path": str(Path(models["resnet_like"]).relative_to(root)),
@@ -148,7 +148,7 @@ def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_cache
     """One apply with ``workers`` workers; ``pin=False``: GPU workers not bound to their cores (only their
     compile pools bounded), as before GPU workers were pinned, for comparison in the same invocation."""
     dest = scratch / f"w{workers}{'' if pin else 'u'}{'c' if own_caches else ''}"
-    from trt_routes.execute import pool
+    import trt_routes.execute.pool as pool
 
     pin_gpu_slots = pool.pin_gpu_slots
     if not pin:
@@ -206,7 +206,9 @@ def main() -> None:
                     help="worker counts, in the order to run them; '2u': two GPU workers not bound to cores, "
                          "'2c': two with their own compile caches")
     ap.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="torch-inductor's target kind")
-    ap.add_argument("--group", default=None, help="torch-inductor switch group (default: three jit knobs, 8 routes)")
+    ap.add_argument("--group", default=None,
+                    help="switch group (default: onnxruntime's three knobs, 12 routes; torch-inductor's three jit "
+                         "knobs, 8 routes)")
     ap.add_argument("--models", default=None,
                     help=f"torch-inductor: recipes/torch-gpu models instead of the MLP ({', '.join(RECIPE_MODELS)})")
     ap.add_argument("--json", type=Path, default=None)
@@ -218,7 +220,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="trt-routes-scale-"))
     try:
         if args.backend == "onnxruntime":
-            template = ort_project(scratch / "template")
+            template = ort_project(scratch / "template", args.group)
         else:
             template = torch_project(scratch / "template", args.device, args.group,
                                      args.models.split(",") if args.models else None)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,16 +35,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trt_routes.backends.landscape import Landscape, load, route_seed  # noqa: E402
-from trt_routes.cache.store import TrialRecord  # noqa: E402
-from trt_routes.manifest.schema import Check, Confirm, Tolerance  # noqa: E402
+from trt_routes.cache import TrialRecord  # noqa: E402
+from trt_routes.manifest import Check, Confirm, Tolerance  # noqa: E402
 from trt_routes.measure import timing_stats  # noqa: E402
-from trt_routes.plan.diff import outcomes  # noqa: E402
+from trt_routes.plan import outcomes  # noqa: E402
 from trt_routes.routes import parse_expression  # noqa: E402
-from trt_routes.search import Search, make_search  # noqa: E402
-from trt_routes.search.base import Outcome  # noqa: E402
+from trt_routes.search import Outcome, Search, make_search  # noqa: E402
 from trt_routes.search.job import JobSearch  # noqa: E402
-from trt_routes.selection.confirm import Remeasurement, resolve, schedule  # noqa: E402
-from trt_routes.selection.rank import DEFAULT_ROUTE, gate, select  # noqa: E402
+from trt_routes.selection import DEFAULT_ROUTE, Remeasurement, gate, resolve, schedule, select  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
 #: the quickstart's gate, for landscapes whose meta names no ``tolerance``
@@ -94,7 +93,7 @@ class World:
     def trial(self, route: str) -> TrialRecord:
         k = self.count[route] = self.count.get(route, 0) + 1
         rec = self.land.get(route)
-        base = dict(id=route, group_key="g", job="bench", route=route, signature="s", model_digest="m",
+        base: dict[str, Any] = dict(id=route, group_key="g", job="bench", route=route, signature="s", model_digest="m",
                     shape_key="x", settings_key="y", protocol_key="p", reference_key="r", backend="replay")
         if rec is None or rec.status != "ok":
             self.clock += rec.build_s if rec is not None else BUILD_S_UNKNOWN

@@ -1,5 +1,7 @@
 """trt-routes: declarative, cached and auditable compiler build-route tuning."""
 
+__all__ = ["PROTOCOL_VERSION", "__version__"]
+
 __version__ = "0.1.0"
 
 #: Version of the measurement protocol: bump when timing or accuracy code changes meaning.

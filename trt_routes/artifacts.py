@@ -10,6 +10,8 @@ did not change is hashed once per process, and a materialized file's digest is k
 
 from __future__ import annotations
 
+__all__ = ["DIGESTS", "BlobStore", "atomic_copy", "atomic_write_text", "file_digest"]
+
 import hashlib
 import io
 import json

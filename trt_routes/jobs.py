@@ -4,6 +4,8 @@ Resolving a job reads files (model digests) and asks backends for catalogs; it b
 
 from __future__ import annotations
 
+__all__ = ["Job", "find_job", "resolve_jobs"]
+
 import difflib
 import fnmatch
 import re

@@ -4,6 +4,8 @@ Pure numpy: no backend is imported here."""
 
 from __future__ import annotations
 
+__all__ = ["METRICS", "TimingStats", "all_finite", "loss", "losses", "timing_stats"]
+
 import functools
 import itertools
 import math

@@ -3,6 +3,8 @@ lock that keeps two applies (or an apply and a cache merge) from interleaving.""
 
 from __future__ import annotations
 
+__all__ = ["LossLookupFromBlobs", "Project", "exclusive", "open_project"]
+
 import fnmatch
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -4,6 +4,11 @@ An expression pins some knobs and varies others over lists; a route is one concr
 
 from __future__ import annotations
 
+__all__ = [
+    "DEFAULT_ROUTE", "Expression", "Token", "canonical", "describe", "parse_expression", "parse_route",
+    "route_dict", "validate_expression",
+]
+
 import difflib
 import re
 from collections.abc import Iterator, Mapping

@@ -5,6 +5,8 @@ diffable field by field. Volatile values (times, hostnames, clocks) never enter 
 
 from __future__ import annotations
 
+__all__ = ["Environment", "Signature", "cpu_fields", "detect", "gpu_fields", "job_signature"]
+
 import fnmatch
 import os
 import platform

@@ -6,6 +6,11 @@ only inside an isolated worker process (``trt_routes.execute``)."""
 
 from __future__ import annotations
 
+__all__ = [
+    "SPARE_CPUS_VAR", "Backend", "BuildSpec", "Feeds", "Runner", "SettingError", "parse_cpu_list",
+    "start_on_spare_cpus", "time_on_host",
+]
+
 import os
 import threading
 import time

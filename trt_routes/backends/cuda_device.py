@@ -4,6 +4,10 @@ Everything is imported lazily; a machine without a GPU, driver or either library
 
 from __future__ import annotations
 
+__all__ = [
+    "cuda_check", "cuda_version_text", "gpu_fields", "gpu_local_cpus", "load_cudart", "memory_gib", "nvml_session",
+]
+
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path

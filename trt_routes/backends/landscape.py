@@ -8,6 +8,8 @@ next) show up as differences between re-measurements, as they do on real hardwar
 
 from __future__ import annotations
 
+__all__ = ["SCHEMA", "Landscape", "LandscapeRoute", "dump", "load", "route_seed", "validate"]
+
 import json
 import math
 import zlib

@@ -3,6 +3,8 @@ the one place where errors become exit codes (the table is ``trt_routes.errors.E
 
 from __future__ import annotations
 
+__all__ = ["app", "main"]
+
 from typing import Annotated, Any
 
 import typer

@@ -5,6 +5,8 @@ its task becomes a trial with status ``crashed`` or ``timeout`` and the run goes
 
 from __future__ import annotations
 
+__all__ = ["LocalExecutor"]
+
 import contextlib
 import multiprocessing as mp
 import os

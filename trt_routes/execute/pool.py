@@ -8,6 +8,8 @@ for more than one) bind their worker to disjoint cores and bound its thread pool
 
 from __future__ import annotations
 
+__all__ = ["THREAD_VARS", "PoolExecutor", "Slot", "local_slots", "pin_gpu_slots"]
+
 import contextlib
 import os
 import queue

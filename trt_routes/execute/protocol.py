@@ -9,6 +9,8 @@ recorded)."""
 
 from __future__ import annotations
 
+__all__ = ["NoiseContext", "SettleSpec", "settle", "settle_spec", "timed_samples"]
+
 import functools
 import os
 import statistics

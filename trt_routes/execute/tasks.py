@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask", "healthy"]
+
 from dataclasses import dataclass, field
 from typing import Any
 

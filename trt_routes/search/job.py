@@ -8,6 +8,8 @@ exactly what ``apply`` would and is empty after it; raising the budget lets a st
 
 from __future__ import annotations
 
+__all__ = ["JobSearch", "finish_search", "job_search", "selection_key"]
+
 import time
 from collections.abc import Callable, Collection, Mapping
 

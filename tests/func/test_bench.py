@@ -1,0 +1,229 @@
+"""Every bench script runs end to end on tiny inputs, as a subprocess, and prints its table or last line.
+
+GPU-only scripts run where a CUDA GPU (and torch) is present and are skipped, saying why, elsewhere;
+``probe_startup.py`` and ``scale.py --backend torch-inductor --device cpu`` are their CPU-capable paths."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+from _paths import REPO
+
+BENCH = REPO / "bench"
+LANDSCAPES = BENCH / "landscapes"
+#: one knob with two values, the catalog default among them: the default route and one other
+ORT_ONE_KNOB = "-graph_optimization_level=[basic|all]"
+
+
+def bench(script: str, *args: str, cwd: Path, timeout: float = 300) -> str:
+    """Run ``bench/<script>`` with ``args``; its stdout (stderr shown if it fails)."""
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{script} exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@cache
+def gpu_names() -> tuple[str, ...]:
+    """The CUDA GPUs ``nvidia-smi -L`` lists (none without a driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(line for line in out.splitlines() if line.startswith("GPU "))
+
+
+def cuda_gpus() -> int:
+    return len(gpu_names())
+
+
+def has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def needs_gpu(count: int = 1) -> None:
+    if cuda_gpus() < count:
+        pytest.skip(f"GPU-only bench: needs {count} CUDA GPU(s), found {cuda_gpus()} (nvidia-smi -L); "
+                    "it has no CPU path")
+    if not has_torch():
+        pytest.skip("GPU-only bench: needs torch (pip install 'trt-routes[torch]')")
+
+
+def quickstart(dest: Path) -> Path:
+    """A copy of the repository's quickstart project (tuning.yaml and its models): nothing in the repo is written."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tuning.yaml", dest / "tuning.yaml")
+    shutil.copytree(REPO / "recipes" / "quickstart", dest / "recipes" / "quickstart",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return dest / "tuning.yaml"
+
+
+def test_search_bench_prints_a_row_per_landscape_and_strategy_and_the_summary(tmp_path: Path) -> None:
+    out = bench("search.py", "--seeds", "2", "--strategies", "adaptive,fast,fast-trtexec", cwd=tmp_path)
+    lands = sorted(p.stem for p in LANDSCAPES.glob("*.json"))
+    assert f"# bench/search.py: {len(lands)} landscapes x 3 strategies x 2 seeds" in out
+    rows = re.findall(r"^\| (\S+) \| (\S+) \| ([\d.]+) \| (\d+)% \| ([\d.]+|inf) \| ([\d.]+|inf) \| (\d+)% \| "
+                      r"([\d.]+)% \|$", out, re.M)
+    assert {(r[0], r[1]) for r in rows} == {(land, s) for land in lands for s in ("adaptive", "fast", "fast-trtexec")}
+    assert all(float(r[2]) >= 1 for r in rows)  # the default route is always built
+    summary = dict(re.findall(r"^(\S+): mean builds share (\d+)%, worst regret<=1\.03 share \d+%, "
+                              r"worst wrong-winner rate [\d.]+%$", out, re.M))
+    assert set(summary) == {"adaptive", "fast", "fast-trtexec"}
+    assert 0 < int(summary["fast"]) <= 100
+
+
+def test_make_landscapes_writes_reproducible_valid_files(tmp_path: Path) -> None:
+    from trt_routes.backends.landscape import load
+
+    shutil.copy(LANDSCAPES / "ort-resnet-bs8.json", tmp_path / "ort-resnet-bs8.json")
+    out = bench("make_landscapes.py", "--out", str(tmp_path), cwd=tmp_path)
+    written = re.findall(r"^wrote (.+)$", out, re.M)
+    names = {"launch-bound-gpu.json", "aa-launch-bound.json", "aa-ort-resnet-bs8.json"}
+    assert {Path(w).name for w in written} == names
+    for name in names:
+        assert load(tmp_path / name).data.routes  # valid trt-routes/landscape@1
+    # seeded: the first file does not depend on which recorded landscapes are beside it
+    assert (tmp_path / "launch-bound-gpu.json").read_bytes() == (LANDSCAPES / "launch-bound-gpu.json").read_bytes()
+
+
+def test_record_landscape_records_the_quickstart_into_a_file(tmp_path: Path) -> None:
+    from trt_routes.backends.landscape import load
+
+    manifest = quickstart(tmp_path / "project")
+    out_file = tmp_path / "recorded.json"
+    out = bench("record_landscape.py", "-m", str(manifest), "--job", "resnet-like/bs1/cpu", f"--group={ORT_ONE_KNOB}",
+                "--rounds", "2", "--iterations", "3", "--out", str(out_file), cwd=tmp_path)
+    last = out.strip().splitlines()[-1]
+    m = re.fullmatch(r"wrote (.+): (\d+) routes \((\d+) ok\), ([\d.]+) s", last)
+    assert m, last
+    assert Path(m[1]) == out_file and int(m[2]) == 2 and int(m[3]) == 2
+    land = load(out_file)
+    for route in ("", "-graph_optimization_level=basic"):
+        rec = land.get(route)
+        assert rec is not None and rec.status == "ok"
+        assert len(rec.samples_ms) == 2 * 3  # every round re-measures every route that built
+    assert not (tmp_path / "project" / "caches").exists() or not any((tmp_path / "project" / "caches").iterdir())
+
+
+def test_plan_overhead_prints_its_table_with_ratios(tmp_path: Path) -> None:
+    out = bench("plan_overhead.py", "--models", "1", "--shapes", "1", "--only", "resnet-like/bs1/cpu",
+                f"--group={ORT_ONE_KNOB}", cwd=tmp_path)
+    assert re.search(r"^machine: .+; synthetic cache filled in [\d.]+ s; \d+ cached routes per job$", out, re.M)
+    plan = re.search(r"^no-op plan, (\d+) trials / 1 jobs\s+([\d.]+) s\s+1 s\s+([\d.]+)$", out, re.M)
+    assert plan, out
+    assert int(plan[1]) > 100  # the full strategy's routes of one job, all cached
+    assert float(plan[3]) == pytest.approx(float(plan[2]), abs=0.01)  # ratio = result / 1 s target
+    assert re.search(r"^no-op apply, same cache\s+[\d.]+ s\s+1 s\s+[\d.]+$", out, re.M)
+    per_trial = re.search(r"^quickstart overhead per trial \(median of (\d+) trials\)\s+(-?[\d.]+)% .+\s+5%\s+"
+                          r"(-?[\d.]+)$", out, re.M)
+    assert per_trial, out
+    assert int(per_trial[1]) >= 2
+    assert float(per_trial[3]) == pytest.approx(float(per_trial[2]) / 5, abs=0.02)
+    assert re.search(r"^quickstart whole run incl\. start-up and references\s+[\d.]+% of [\d.]+ s", out, re.M)
+
+
+def test_malformed_manifests_tallies_one_class(tmp_path: Path) -> None:
+    """One small class of the corpus (encoding) through validate, plan and apply of a freshly tuned project."""
+    out = bench("malformed_manifests.py", "--classes", "encoding", cwd=tmp_path)
+    cols = ["clean", "tracebacks", "wrote", "accepted", "unclear"]
+    assert re.search(r"^class +tried +" + " +".join(cols) + "$", out, re.M), out
+    rows = {name: [int(x) for x in nums.split()] for name, nums in
+            re.findall(r"^(encoding|total) +((?:\d+ +){5}\d+)$", out, re.M)}
+    assert set(rows) == {"encoding", "total"} and rows["encoding"] == rows["total"], out
+    tried, *counts = rows["total"]
+    assert tried >= 4 and sum(counts) == tried  # every case lands in exactly one column
+    last = re.fullmatch(r"tried=(\d+) clean=(\d+) tracebacks=(\d+) wrote=(\d+) accepted=(\d+)",
+                        out.strip().splitlines()[-1])
+    assert last and [int(x) for x in last.groups()] == [tried, *counts[:4]], out
+    assert counts[1] == counts[2] == 0  # no traceback escaped, no file of the project changed
+
+
+def test_scale_onnxruntime_prints_the_ratio_of_two_workers_to_one(tmp_path: Path) -> None:
+    out = bench("scale.py", "--backend", "onnxruntime", "--group=-enable_mem_pattern=[0|1]", "--workers", "2,1",
+                "--json", str(tmp_path / "scale.json"), cwd=tmp_path)
+    rows = {int(w): (int(t), float(tps)) for w, t, tps in
+            re.findall(r"^\s+([12]) +(\d+) +[\d.]+ +([\d.]+) +[\d.]+x", out, re.M)}
+    assert set(rows) == {1, 2} and rows[1][0] == rows[2][0] == 4  # two jobs x (default + one route)
+    ratio = re.search(r"^2 workers vs 1: ([\d.]+)x \(target >= 1\.8x with two GPUs\)$", out, re.M)
+    assert ratio, out
+    assert float(ratio[1]) == pytest.approx(rows[2][1] / rows[1][1], abs=0.01)
+    assert re.findall(r"^  workers=([12]): exit 0, statuses \['ok'\]", out, re.M) == ["2", "1"]
+    import json
+
+    assert json.loads((tmp_path / "scale.json").read_text())["ratio_2_vs_1"] == pytest.approx(float(ratio[1]), abs=0.01)
+
+
+#: opt-in for scale.py's torch-inductor CPU path where no GPU is present: two Inductor builds of its MLP take
+#: ~3.5 minutes on 2 busy cores, more than this whole file's budget
+TORCH_CPU_VAR = "TRT_ROUTES_BENCH_TORCH_CPU"
+
+
+def test_scale_torch_inductor(tmp_path: Path) -> None:
+    """scale.py's torch-inductor path, one worker, two routes: on the GPU where there is one, else on its CPU
+    target (``--device cpu``) when asked for with TRT_ROUTES_BENCH_TORCH_CPU=1."""
+    if not has_torch():
+        pytest.skip("scale.py --backend torch-inductor needs torch (pip install 'trt-routes[torch]')")
+    device = "gpu" if cuda_gpus() else "cpu"
+    if device == "cpu" and os.environ.get(TORCH_CPU_VAR) != "1":
+        pytest.skip(f"no CUDA GPU; the CPU path (--device cpu) takes minutes of Inductor builds: {TORCH_CPU_VAR}=1 "
+                    "runs it")
+    out = bench("scale.py", "--backend", "torch-inductor", "--device", device, "--group=-freezing=[0|1]",
+                "--workers", "1", cwd=tmp_path, timeout=600)
+    row = re.search(r"^\s+1 +(\d+) +[\d.]+ +([\d.]+) +1\.00x", out, re.M)
+    assert row and int(row[1]) == 2, out
+    assert re.search(r"^2 workers vs 1: nanx", out, re.M)  # no two-worker run asked for
+    assert re.search(rf"^  workers=1: exit 0, statuses \['ok'\], winners \{{'mlp/bs64/{device}': ", out, re.M), out
+
+
+def test_probe_startup_prints_each_step_twice(tmp_path: Path) -> None:
+    """Its CPU path: detection and the GPUs' local cores run anywhere; without CUDA the child step says why."""
+    out = bench("probe_startup.py", cwd=tmp_path)
+    steps = re.findall(r"^(first|second) (detect\(\)|gpu_local_cpus|child process): ([\d.]+) s(.*)$", out, re.M)
+    assert [(a, s) for a, s, _, _ in steps] == [(a, s) for a in ("first", "second")
+                                                for s in ("detect()", "gpu_local_cpus", "child process")]
+    child = steps[2][3]
+    if cuda_gpus() and has_torch():
+        assert re.search(r"import torch [\d.]+ s, CUDA context [\d.]+ s", child), child
+    else:
+        assert child.startswith(" (failed: "), child
+
+
+def test_gpu_speedup_on_one_small_model(tmp_path: Path) -> None:
+    needs_gpu()
+    if not any("H200" in name for name in gpu_names()):
+        pytest.skip(f"recipes/torch-gpu targets an H200 (name: \"*H200*\"); this machine has {gpu_names()}")
+    out = bench("gpu_speedup.py", "--work", str(tmp_path / "work"), "--parallel", "1", "--models", "mobilenet-v3",
+                "--group", "jit=-freezing=[0|1]", "--measure", "warmup=2,iterations=5,repeats=2",
+                "--deadline", "400", "--out", str(tmp_path / "out.json"), cwd=tmp_path, timeout=600)
+    assert re.search(r"^mobilenet-v3 +jit +[\d.]+ +[\d.]+ +[\d.]+x ", out, re.M), out
+    assert re.search(r"^geomean jit: [\d.]+x over 1/1 model\(s\); target >= 1\.5x", out, re.M), out
+    assert re.search(r"^total wall \d+ s; \d+ build\(s\)$", out, re.M)
+
+
+def test_compile_contention_two_gpus(tmp_path: Path) -> None:
+    needs_gpu(2)
+    out = bench("compile_contention.py", "--builds", "2", cwd=tmp_path, timeout=600)
+    rows = re.findall(r"^(solo|pair|pair-pinned|solo-pinned) +([\d.]+) +([\d.]+)x", out, re.M)
+    assert [r[0] for r in rows] == ["solo", "pair", "pair-pinned", "solo-pinned"], out
+    assert float(rows[0][2]) == pytest.approx(1.0)
+
+
+def test_torch_gpu_probe(tmp_path: Path) -> None:
+    needs_gpu()
+    proc = subprocess.run([sys.executable, str(BENCH / "torch_gpu_probe.py")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900)
+    steps = re.findall(r"^== (.+): exit (-?\d+) in \d+ s$", proc.stdout, re.M)
+    assert [s for s, _ in steps] == ["raw torch AOTInductor on cuda:0", "torch-inductor backend, mode aot",
+                                     "jit with CUDA graphs, then AOTInductor, in one process"], proc.stdout
+    assert proc.returncode == (0 if all(code == "0" for _, code in steps) else 1)  # its verdict: every step ran
