@@ -147,9 +147,9 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "cuda_graph",
             "bool",
-            "time each iteration as one CUDA graph launch (trtexec --useCudaGraph): the enqueue is captured "
-            "once, so launch overhead of many small kernels stops dominating; an engine that cannot be "
-            "captured fails the trial",
+            "time each iteration as one CUDA graph launch: the enqueue is captured once, so launch overhead "
+            "of many small kernels stops dominating (trtexec 11.1 does this by default, --noCudaGraph turns "
+            "it off; older trtexec had --useCudaGraph); an engine that cannot be captured fails the trial",
             phase="runtime",
             default=False,
         ),
