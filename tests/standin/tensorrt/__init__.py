@@ -216,9 +216,9 @@ def nptype(trt_type: DataType) -> type:
     return _NP[trt_type]
 
 
-def volume(shape: Any) -> int:
+def volume(iterable: Any) -> int:
     out = 1
-    for d in shape:
+    for d in iterable:
         out *= int(d)
     return out
 
@@ -453,8 +453,8 @@ SUPPORTED_OPS = frozenset(
 
 class OnnxParser:
     def __init__(self, network: INetworkDefinition, logger: ILogger) -> None:
-        self.network = network
-        self.logger = logger
+        self._network = network
+        self._logger = logger
         self._errors: list[ParserError] = []
 
     @property
@@ -467,9 +467,9 @@ class OnnxParser:
     def clear_errors(self) -> None:
         self._errors.clear()
 
-    def parse_from_file(self, path: str) -> bool:
-        with open(path, "rb") as f:
-            return self.parse(f.read(), path)
+    def parse_from_file(self, model: str) -> bool:
+        with open(model, "rb") as f:
+            return self.parse(f.read(), model)
 
     def parse(self, model: bytes, path: str | None = None) -> bool:
         import onnx
@@ -486,7 +486,7 @@ class OnnxParser:
                     f"Failed to parse ONNX model{f' {path}' if path else ''}: {exc}",
                 )
             )
-            self.logger.log(_Severity.ERROR, self._errors[-1].desc())
+            self._logger.log(_Severity.ERROR, self._errors[-1].desc())
             return False
         for index, node in enumerate(proto.graph.node):
             if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
@@ -498,11 +498,11 @@ class OnnxParser:
                     node.op_type,
                 )
                 self._errors.append(error)
-                self.logger.log(_Severity.ERROR, str(error))
+                self._logger.log(_Severity.ERROR, str(error))
         if self._errors:
             return False
         initializers = {t.name for t in proto.graph.initializer}
-        net = self.network
+        net = self._network
         net._inputs = [_tensor(v) for v in proto.graph.input if v.name not in initializers]
         net._outputs = [_tensor(v) for v in proto.graph.output]
         net._ops = [n.op_type for n in proto.graph.node]
@@ -535,21 +535,21 @@ class IOptimizationProfile:
 
 class ITimingCache:
     def __init__(self, entries: dict[str, str], version: str, device: str) -> None:
-        self.entries = dict(entries)
-        self.version, self.device = version, device
+        self._entries = dict(entries)
+        self._version, self._device = version, device
 
     def serialize(self) -> bytes:
-        body = {"version": self.version, "device": self.device, "entries": self.entries}
+        body = {"version": self._version, "device": self._device, "entries": self._entries}
         return CACHE_MAGIC + json.dumps(body, sort_keys=True).encode()
 
     def combine(self, input_cache: ITimingCache, ignore_mismatch: bool) -> bool:
-        if not ignore_mismatch and (input_cache.version, input_cache.device) != (self.version, self.device):
+        if not ignore_mismatch and (input_cache._version, input_cache._device) != (self._version, self._device):
             return False
-        self.entries.update(input_cache.entries)
+        self._entries.update(input_cache._entries)
         return True
 
     def reset(self) -> bool:
-        self.entries.clear()
+        self._entries.clear()
         return True
 
 
@@ -654,7 +654,7 @@ class IBuilderConfig:
         return ITimingCache(body["entries"], body["version"], body["device"])
 
     def set_timing_cache(self, cache: ITimingCache, ignore_mismatch: bool) -> bool:
-        if not ignore_mismatch and (cache.version, cache.device) != (__version__, STANDIN.device_name):
+        if not ignore_mismatch and (cache._version, cache._device) != (__version__, STANDIN.device_name):
             self._logger.log(
                 _Severity.WARNING, "setTimingCache: cache was made by another TensorRT or device"
             )
@@ -720,11 +720,11 @@ class Builder:
         for index, op in enumerate(network._ops):
             # like TensorRT's, the key names the layer and its shapes, not the build route
             key = hashlib.sha256(f"{op}:{index}:{sorted(opt.items())}".encode()).hexdigest()[:16]
-            if key in cache.entries:
+            if key in cache._entries:
                 hits += 1
             else:
                 misses += 1
-                cache.entries[key] = f"tactic-{int(key[:4], 16) % 7}"
+                cache._entries[key] = f"tactic-{int(key[:4], 16) % 7}"
         STANDIN.timing_hits.append(hits)
         self.logger.log(_Severity.INFO, f"Timing cache: {hits} hits, {misses} misses")
         body = {

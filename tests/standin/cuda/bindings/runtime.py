@@ -171,8 +171,8 @@ def cudaMalloc(size: int) -> tuple[cudaError_t, int]:
     return cudaError_t.cudaSuccess, ptr
 
 
-def cudaFree(ptr: int) -> tuple[cudaError_t]:
-    if _allocations.pop(_address(ptr), None) is None:
+def cudaFree(devPtr: int) -> tuple[cudaError_t]:
+    if _allocations.pop(_address(devPtr), None) is None:
         return (cudaError_t.cudaErrorInvalidDevicePointer,)
     return (cudaError_t.cudaSuccess,)
 
