@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from _paths import STANDIN
 from _tensorrt_knobs import PUBLIC_KNOBS
-from _trt_models import PROFILE, conv_model, custom_op_model
+from _trt_models import CAST_PROFILE, PROFILE, cast_model, conv_model, custom_op_model
 
 from trt_routes.backends import cuda_device
 from trt_routes.backends.base import BuildSpec
@@ -735,24 +735,6 @@ def test_each_capture_gets_only_its_own_errors(trt: ModuleType, tmp_path: Path) 
     assert "second failure" in info.value.message and "first failure" not in info.value.message
 
 
-def _cast_model(path: Path, dtype: int) -> str:
-    """x[N,3] (dtype) -> Cast float -> Relu -> Cast dtype -> y[N,3]: I/O in a type numpy lacks."""
-    import onnx
-    from onnx import helper
-
-    nodes = [
-        helper.make_node("Cast", ["x"], ["a"], to=onnx.TensorProto.FLOAT),
-        helper.make_node("Relu", ["a"], ["b"]),
-        helper.make_node("Cast", ["b"], ["y"], to=dtype),
-    ]
-    graph = helper.make_graph(
-        nodes, "cast", [helper.make_tensor_value_info("x", dtype, ["N", 3])],
-        [helper.make_tensor_value_info("y", dtype, ["N", 3])],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9), path)
-    return str(path)
-
-
 @pytest.mark.parametrize(("onnx_type", "ml_type"), [(16, "bfloat16"), (17, "float8_e4m3fn")])
 def test_bf16_and_fp8_io_runs(trt: ModuleType, cudart: ModuleType, tmp_path: Path, onnx_type: int,
                               ml_type: str) -> None:
@@ -763,8 +745,7 @@ def test_bf16_and_fp8_io_runs(trt: ModuleType, cudart: ModuleType, tmp_path: Pat
     assert trt.DataType.BF16.itemsize == 2 and trt.DataType.FP8.itemsize == 1
     with pytest.raises(TypeError):
         trt.nptype(trt.DataType.BF16)
-    profile = {"x": {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}}
-    spec = spec_for(_cast_model(tmp_path / "c.onnx", onnx_type), tmp_path, profile=profile)
+    spec = spec_for(cast_model(tmp_path / "c.onnx", onnx_type), tmp_path, profile=CAST_PROFILE)
     backend = TensorRTBackend()
     backend.build(spec, tmp_path / "e.engine")
     x = np.array([[-1.5, 0.5, 2.0], [3.0, -0.25, 1.0]], dtype=dtype)

@@ -428,3 +428,16 @@ def test_cuda_python_tuples_are_err_first_as_the_runner_unpacks_them(cuda_desc: 
     """cuda_check takes (err, *values): the calls made without a GPU return such tuples, as documented."""
     for name, length in cuda_desc["observed_arity"].items():
         assert length == len(cuda_desc["functions"][name]["returns"]), name
+
+
+def test_standin_datatype_sizes_and_nptype_fail_where_tensorrt_does(trt_desc: dict[str, Any]) -> None:
+    standin = _load_standin("tensorrt")
+    sizes = {name: member.itemsize for name, member in standin.DataType.__members__.items()}
+    assert sizes == {name: trt_desc["itemsize"][name] for name in sizes}
+    raises = set()
+    for name, member in standin.DataType.__members__.items():
+        try:
+            standin.nptype(member)
+        except TypeError:
+            raises.add(name)
+    assert raises == set(trt_desc["nptype_raises"]) & set(sizes)
