@@ -13,7 +13,7 @@ Checked: every TensorRT / cuda-python name the backend's source uses (tests/back
 it), the settings' TensorRT names, the stand-ins' public names, signatures and enum values, and the
 behaviours the backend relies on (a failed factory raises TypeError, DataType.itemsize, nptype, the
 distribution metadata that tells cu12 from cu13). Skips, with the reason, only where pip cannot download
-or no C compiler exists."""
+or no C compiler exists; with TRT_ROUTES_REQUIRE_CONFORMANCE=1 (CI) those skips fail instead."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import sys
 import zipfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -69,6 +69,13 @@ EXPECTED_USES = {
 
 
 # -- fetching the real modules ---------------------------------------------------------------------
+def _unavailable(reason: str) -> NoReturn:
+    """Skip, or fail where the run must not pass without the real modules (TRT_ROUTES_REQUIRE_CONFORMANCE)."""
+    if os.environ.get("TRT_ROUTES_REQUIRE_CONFORMANCE") == "1":
+        pytest.fail(f"{reason} (TRT_ROUTES_REQUIRE_CONFORMANCE=1)")
+    pytest.skip(reason)
+
+
 def _cache_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = getattr(request.config, "cache", None)
     if cache is not None:
@@ -89,7 +96,7 @@ def _download_wheel(spec: str, folder: Path) -> Path:
         wheels = sorted(folder.glob("*.whl"))
         if done.returncode != 0 or not wheels:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            pytest.skip(f"pip could not download {spec}: {tail[0]}")
+            _unavailable(f"pip could not download {spec}: {tail[0]}")
     return wheels[-1]
 
 
@@ -97,7 +104,7 @@ def _compiler() -> str:
     for name in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
         if name and shutil.which(name):
             return name
-    pytest.skip("no C compiler (cc, gcc or clang) to build the libnvinfer stub")
+    _unavailable("no C compiler (cc, gcc or clang) to build the libnvinfer stub")
 
 
 def _needed_libraries(extension: Path) -> list[str]:
@@ -155,7 +162,7 @@ def cuda_desc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             shutil.rmtree(target, ignore_errors=True)
-            pytest.skip(f"pip could not install {CUDA_PYTHON[request.param]}: {tail[0]}")
+            _unavailable(f"pip could not install {CUDA_PYTHON[request.param]}: {tail[0]}")
     done = subprocess.run([sys.executable, str(HERE / "_probe_cuda.py")], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(target)}, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -165,7 +172,7 @@ def cuda_desc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 # -- the stub and the import -------------------------------------------------------------------------
 def _undefined(path: Path) -> set[str]:
     if not shutil.which("nm"):
-        pytest.skip("nm (binutils) is not installed: cannot list the extension's undefined symbols")
+        _unavailable("nm (binutils) is not installed: cannot list the extension's undefined symbols")
     out = subprocess.run(["nm", "-D", "--undefined-only", str(path)], capture_output=True, text=True,
                          check=True).stdout
     return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
