@@ -58,4 +58,22 @@ def custom_op_model(path: Path) -> str:
     return str(path)
 
 
+def cast_model(path: Path, dtype: int) -> str:
+    """x[N,3] (ONNX element type ``dtype``) -> Cast float -> Relu -> Cast back -> y[N,3]: I/O in a type numpy
+    lacks (BFLOAT16 = 16, FLOAT8E4M3FN = 17), which a strongly typed TensorRT network keeps at its I/O."""
+    nodes = [
+        helper.make_node("Cast", ["x"], ["a"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Cast", ["b"], ["y"], to=dtype),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cast",
+        [helper.make_tensor_value_info("x", dtype, ["N", 3])],
+        [helper.make_tensor_value_info("y", dtype, ["N", 3])],
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9), path)
+
+
 PROFILE = {"x": {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}}
+CAST_PROFILE = {"x": {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}}

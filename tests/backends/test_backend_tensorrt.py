@@ -17,18 +17,20 @@ import numpy as np
 import pytest
 from _paths import STANDIN
 from _tensorrt_knobs import PUBLIC_KNOBS
-from _trt_models import PROFILE, conv_model, custom_op_model
+from _trt_models import CAST_PROFILE, PROFILE, cast_model, conv_model, custom_op_model
 
 from trt_routes.backends import cuda_device
 from trt_routes.backends.base import BuildSpec
 from trt_routes.backends.tensorrt import (
     SETTINGS,
+    CatalogEntrySkipped,
     CatalogFormatError,
     TensorRTBackend,
     TensorRTBuildError,
     TensorRTRunError,
     check_settings,
     parse_catalog,
+    read_catalog,
     readback_differences,
     route_problems,
 )
@@ -146,14 +148,8 @@ def test_catalog_digest_follows_defaults_not_help() -> None:
         ("[1, 2]", "JSON object"),
         ('{"tuner_version": 2, "tuner_options": []}', "tuner_version"),
         ('{"tuner_version": "2", "tuner_options": {}}', "tuner_options"),
-        (
-            _catalog_json({"option": "-a", "allowed_values": "-a=[0|1]", "default_value": 0}),
-            "must be a string",
-        ),
-        (_catalog_json({"option": "-a", "allowed_values": "-a=[0|1]"}), "no default_value"),
-        (_catalog_json(_opt("-a", "-a=[0|1]", "0"), _opt("-a", "-a=[0|1]", "1")), "listed twice"),
-        (_catalog_json(_opt("a", "a=[0|1]", "0")), "bad option name"),
-        (_catalog_json(_opt("-a b", "-a=[0|1]", "0")), "bad option name"),
+        ('{"tuner_version": "2", "tuner_options": []}', "no usable entry"),
+        (_catalog_json({"option": "-a", "allowed_values": "-a=[0|1]"}), "no usable entry"),
     ],
 )
 def test_parse_catalog_rejects_malformed_json(text: str, needle: str) -> None:
@@ -161,6 +157,47 @@ def test_parse_catalog_rejects_malformed_json(text: str, needle: str) -> None:
         parse_catalog(text, version="11.1")
     assert needle in info.value.message
     assert isinstance(info.value, TrtRoutesError)
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ("not an object", "is not an object"),
+        ({"option": "-b", "allowed_values": "-b=[0|1]", "default_value": 0}, "default_value is not a string"),
+        ({"option": "-b", "allowed_values": "-b=[0|1]"}, "has no default_value"),
+        (_opt("b", "b=[0|1]", "0"), "bad option name"),
+        (_opt("-b c", "-b=[0|1]", "0"), "bad option name"),
+        (_opt("-b", "-b=int", "auto"), "non-integer default"),
+    ],
+)
+def test_one_odd_catalog_entry_is_skipped_not_fatal(entry: Any, reason: str) -> None:
+    """trtexec's BuildRouteKnobDatabase skips entries it cannot read; so do we, and say which."""
+    text = _catalog_json(_opt("-a", "-a=[on|off]", "on"), entry, _opt("-c", "-c=int32_t", "4"))
+    reading = read_catalog(text, version="11.4")
+    assert reading.catalog.options == ["-a", "-c"]
+    assert len(reading.skipped) == 1 and reason in reading.skipped[0] and "tuner_options[1]" in reading.skipped[0]
+    assert parse_catalog(text, version="11.4").digest == reading.catalog.digest
+
+
+def test_a_repeated_catalog_entry_replaces_the_earlier_like_trtexec() -> None:
+    text = _catalog_json(_opt("-a", "-a=[0|1]", "0"), _opt("-b", "-b=[x|y]", "x"), _opt("-a", "-a=[0|1|2]", "1"))
+    reading = read_catalog(text, version="11.4")
+    knob = reading.catalog.get("-a")
+    assert reading.catalog.options == ["-a", "-b"]
+    assert knob is not None and knob.values == ("0", "1", "2") and knob.default == "1"
+    assert reading.skipped == ("tuner_options[2]: option -a is listed again; the later entry replaces the earlier",)
+
+
+def test_backend_stays_available_with_an_odd_catalog_entry(trt: ModuleType, tmp_path: Path) -> None:
+    catalog = json.loads(trt.STANDIN.catalog_json)
+    catalog["tuner_options"].insert(2, {"option": "-future_knob", "allowed_values": ["on", "off"]})
+    trt.STANDIN.catalog_json = json.dumps(catalog)
+    backend = TensorRTBackend()
+    with pytest.warns(CatalogEntrySkipped, match=r"1 build-route catalog entry skipped: tuner_options\[2\]"):
+        assert backend.unavailable_reason() is None
+    assert set(backend.catalog().options) == PUBLIC_KNOBS
+    log = backend.build(spec_for(conv_model(tmp_path / "m.onnx"), tmp_path), tmp_path / "e.engine")
+    assert "catalog: tuner_options[2].allowed_values is not a string" in log
 
 
 def test_route_problems_and_readback_differences() -> None:
@@ -173,10 +210,12 @@ def test_route_problems_and_readback_differences() -> None:
         version="11.1",
     )
     assert route_problems({"-copy_ppg": "off", "-peep:max": "4"}, catalog) == []
-    problems = route_problems({"-copy_pg": "off", "-peep:max": "four", "-kgen:tiling": "7"}, catalog)
+    # an open knob takes any fixed value, as trtexec's parseExpr does, except the type word int32_t
+    assert route_problems({"-peep:max": "four"}, catalog) == []
+    problems = route_problems({"-copy_pg": "off", "-peep:max": "int32_t", "-kgen:tiling": "7"}, catalog)
     assert len(problems) == 3
     assert any("unknown knob -copy_pg" in p and "-copy_ppg" in p for p in problems)
-    assert any("-peep:max=four" in p and "integer" in p for p in problems)
+    assert any("-peep:max=int32_t" in p and "one fixed value" in p for p in problems)
     assert any("-kgen:tiling=7" in p and "0|1|2" in p for p in problems)
     # knobs at their default are the same route whether or not TensorRT spells them out
     assert readback_differences({"-copy_ppg": "off"}, "-copy_ppg=off -peep:max=16", catalog) == []
@@ -188,6 +227,42 @@ def test_route_problems_and_readback_differences() -> None:
         "-kgen:tiling=2 became -kgen:tiling=1",
         "-peep:max=3 was added",
     ]
+
+
+@pytest.mark.parametrize(
+    "readback",
+    [
+        "-copy_ppg=off -peep:max=4",
+        "-peep:max=4 -copy_ppg=off",  # another order
+        "-copy_ppg=off -kgen:tiling=0 -peep:max=4",  # defaults spelled out
+        "-copy_ppg=off, -peep:max=4",  # another separator
+        "-copy_ppg = off  -peep:max=+04",  # spaces around '=', an integer printed differently
+        "-copy_ppg=OFF -peep:max=4",  # a listed value in another case
+    ],
+)
+def test_readback_that_differs_only_in_formatting_is_the_same_route(readback: str) -> None:
+    catalog = parse_catalog(
+        _catalog_json(
+            _opt("-copy_ppg", "-copy_ppg=[on|off]", "on"),
+            _opt("-peep:max", "-peep:max=int", "16"),
+            _opt("-kgen:tiling", "-kgen:tiling=[0|1|2]", "0"),
+        ),
+        version="11.1",
+    )
+    assert readback_differences({"-copy_ppg": "off", "-peep:max": "4"}, readback, catalog) == []
+    assert readback_differences({"-copy_ppg": "off", "-peep:max": "5"}, readback, catalog) == [
+        "-peep:max=5 became -peep:max=4"
+    ]
+
+
+def test_normalised_readback_does_not_fail_the_build(trt: ModuleType, tmp_path: Path) -> None:
+    trt.STANDIN.readback = "full"
+    route = {"-conv_use_long_w": "off", "-peep:max": "4"}
+    engine = tmp_path / "e.engine"
+    log = TensorRTBackend().build(spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, route=route), engine)
+    readback = log.split("build_route read back: ", 1)[1].splitlines()[0]
+    assert readback.startswith("-conv_use_long_w=off -kgen:codegen:cuda_tile=1")  # every knob, catalog order
+    assert trt.inspect_engine(engine.read_bytes())["build_route"] == "-conv_use_long_w=off -peep:max=4"
 
 
 def test_check_settings_normalizes_and_rejects() -> None:
@@ -303,13 +378,13 @@ def test_invalid_route_rejected_before_set(
     spec = spec_for(
         conv_model(tmp_path / "m.onnx"),
         tmp_path,
-        route={"-nope": "1", "-conv_use_long_w": "maybe", "-peep:max": "many"},
+        route={"-nope": "1", "-conv_use_long_w": "maybe", "-peep:max": "int32_t"},
     )
     engine = tmp_path / "e.engine"
     with pytest.raises(RouteError) as info:
         backend.build(spec, engine)
     assert "unknown knob -nope" in info.value.message
-    assert "-conv_use_long_w=maybe" in info.value.message and "-peep:max=many" in info.value.message
+    assert "-conv_use_long_w=maybe" in info.value.message and "-peep:max=int32_t" in info.value.message
     assert sets == [] and not engine.exists()
 
 
@@ -447,36 +522,65 @@ def _cache_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.timing-cache"))
 
 
-def test_timing_cache_created_and_reused(trt: ModuleType, tmp_path: Path) -> None:
+def test_timing_cache_per_route_is_reused_by_that_route_only(trt: ModuleType, tmp_path: Path) -> None:
+    """A shared cache hands one route's timings to another (the stand-in's entries, like TensorRT's, do not
+    know routes); one file per (TensorRT build, GPU, settings, route) keeps them apart."""
     model = conv_model(tmp_path / "m.onnx")
     backend = TensorRTBackend()
     first = backend.build(spec_for(model, tmp_path, "trial-1"), tmp_path / "e1.engine")
     files = _cache_files(tmp_path / "trials")
-    assert [f.name for f in files] == ["tensorrt-11.1.0.106-nvidia-h200-sm9.0.timing-cache"]
+    assert len(files) == 1 and files[0].name.startswith("tensorrt-11.1.0.106-tensorrt-cu12-nvidia-h200-sm9.0-")
     assert "Timing cache: 0 hits, 4 misses" in first
     size = files[0].stat().st_size
     second = backend.build(spec_for(model, tmp_path, "trial-2"), tmp_path / "e2.engine")
     assert f"timing cache loaded from {files[0]}" in second
-    assert "Timing cache: 4 hits, 0 misses" in second
-    assert files[0].stat().st_size == size
-    third = backend.build(
-        spec_for(model, tmp_path, "trial-3", route={"-copy_ppg": "off"}), tmp_path / "e3.engine"
+    assert "Timing cache: 4 hits, 0 misses" in second and files[0].stat().st_size == size
+    other = backend.build(spec_for(model, tmp_path, "trial-3", route={"-copy_ppg": "off"}), tmp_path / "e3.engine")
+    assert "Timing cache: 0 hits, 4 misses" in other  # no timings of the default route reached it
+    settings = backend.build(
+        spec_for(model, tmp_path, "trial-4", settings={"builder_optimization_level": 5}), tmp_path / "e4.engine"
     )
-    assert "Timing cache: 0 hits, 4 misses" in third
-    assert files[0].stat().st_size > size  # entries were combined in, not replaced
+    assert "Timing cache: 0 hits, 4 misses" in settings
+    assert len(_cache_files(tmp_path / "trials")) == 3
+    assert trt.STANDIN.timing_hits == [0, 4, 0, 0]
+    # settings that do not reach the builder share the cache of the route
+    backend.build(spec_for(model, tmp_path, "trial-5", settings={"cuda_graph": True}), tmp_path / "e5.engine")
+    assert trt.STANDIN.timing_hits[-1] == 4 and len(_cache_files(tmp_path / "trials")) == 3
+
+
+def test_shared_cache_would_leak_between_routes_in_the_standin(trt: ModuleType, tmp_path: Path) -> None:
+    """Why per route: with one cache for every route (the old key), route B reuses route A's timings."""
+    from trt_routes.backends.tensorrt.timing_cache import TimingCacheFile
+
+    model = conv_model(tmp_path / "m.onnx")
+    shared = TimingCacheFile(tmp_path / "one.timing-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TensorRTBackend, "_timing_cache", staticmethod(lambda *_a: shared))
+        TensorRTBackend().build(spec_for(model, tmp_path, "a"), tmp_path / "a.engine")
+        TensorRTBackend().build(spec_for(model, tmp_path, "b", route={"-copy_ppg": "off"}), tmp_path / "b.engine")
+    assert trt.STANDIN.timing_hits[-1] == 4
+
+
+def test_fresh_timing_cache_writes_no_file(trt: ModuleType, tmp_path: Path) -> None:
+    model = conv_model(tmp_path / "m.onnx")
+    backend = TensorRTBackend()
+    for trial in ("t1", "t2"):
+        log = backend.build(spec_for(model, tmp_path, trial, settings={"timing_cache": "fresh"}), tmp_path / "e")
+        assert "timing cache: fresh for this build" in log and "Timing cache: 0 hits, 4 misses" in log
+    assert _cache_files(tmp_path / "trials") == [] and trt.STANDIN.timing_hits == [0, 0]
+    with pytest.raises(ManifestError, match="timing_cache must be one of per_route, fresh"):
+        check_settings({"timing_cache": "shared"})
 
 
 def test_timing_cache_dir_setting_and_corrupt_file(trt: ModuleType, tmp_path: Path) -> None:
     folder = tmp_path / "tc"
-    folder.mkdir()
-    corrupt = folder / "tensorrt-11.1.0.106-nvidia-h200-sm9.0.timing-cache"
-    corrupt.write_bytes(b"garbage")
-    log = TensorRTBackend().build(
-        spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, settings={"timing_cache_dir": str(folder)}),
-        tmp_path / "e.engine",
-    )
+    spec = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, settings={"timing_cache_dir": str(folder)})
+    TensorRTBackend().build(spec, tmp_path / "e.engine")
+    [cache] = _cache_files(folder)
+    cache.write_bytes(b"garbage")
+    log = TensorRTBackend().build(spec, tmp_path / "e.engine")
     assert "is unreadable; starting an empty one" in log
-    assert corrupt.read_bytes().startswith(trt.CACHE_MAGIC)
+    assert cache.read_bytes().startswith(trt.CACHE_MAGIC)
     assert _cache_files(tmp_path / "trials") == []
 
 
@@ -545,6 +649,182 @@ def test_engine_from_another_version_does_not_load(
     assert "not compatible with this version" in info.value.message
 
 
+def test_version_compatible_engine_needs_host_code_allowed(
+    trt: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version-compatible engine embeds its lean runtime; the Runtime refuses it unless
+    engine_host_code_allowed (default False), which load() sets for such engines as trtexec does."""
+    backend = TensorRTBackend()
+    spec = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, settings={"version_compatible": True})
+    engine = tmp_path / "vc.engine"
+    backend.build(spec, engine)
+    refusing = trt.Runtime(trt.Logger())
+    assert refusing.engine_host_code_allowed is False
+    assert refusing.deserialize_cuda_engine(engine.read_bytes()) is None  # the stand-in fails where TensorRT does
+    with backend.load(engine, spec) as runner:
+        assert runner.run({"x": np.ones((2, 3, 8, 8), dtype=np.float32)})["y"].shape == (2, 4)
+    monkeypatch.setattr(trt, "__version__", "11.4.0.106")  # a later 11.x runs it
+    with backend.load(engine, spec) as runner:
+        assert runner.run({"x": np.ones((2, 3, 8, 8), dtype=np.float32)})["y"].shape == (2, 4)
+    plain = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path)
+    with pytest.raises(TensorRTRunError, match="host code is not allowed"):
+        backend.load(engine, plain)  # the same engine without the setting: the runtime stays closed
+
+
+def test_failed_factories_raise_a_clear_backend_error(trt: ModuleType, tmp_path: Path) -> None:
+    """trt.Builder / trt.Runtime raise TypeError when TensorRT returns NULL (pybind11), never None."""
+    backend, spec, engine = _built(trt, tmp_path)
+    trt.STANDIN.factory_fails = True
+    with pytest.raises(TypeError, match="factory function returned nullptr"):
+        trt.Builder(trt.Logger())
+    with pytest.raises(TensorRTBuildError) as info:
+        TensorRTBackend().build(spec, tmp_path / "again.engine")
+    assert "tensorrt.Builder could not be created: TensorRT returned no builder" in info.value.message
+    assert "CUDA initialization failure" in info.value.message
+    with pytest.raises(TensorRTRunError) as run_info:
+        backend.load(engine, spec)
+    assert "tensorrt.Runtime could not be created" in run_info.value.message
+    # the catalog was read once in this process: a new backend does not need another Builder for it
+    assert TensorRTBackend().unavailable_reason() is None
+
+
+def test_no_builder_at_all_makes_the_backend_unavailable(trt: ModuleType) -> None:
+    trt.STANDIN.factory_fails = True
+    reason = TensorRTBackend().unavailable_reason()
+    assert reason is not None and reason.startswith(PREFIX)
+    assert "tensorrt.Builder could not be created: TensorRT returned no builder" in reason
+    assert "CUDA initialization failure" in reason
+
+
+def test_one_runtime_and_one_logger_per_process(
+    trt: ModuleType, cudart: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: dict[str, list[Any]] = {"Runtime": [], "Builder": []}
+    for kind in made:
+        cls = getattr(trt, kind)
+        original = cls.__init__
+
+        def counting(self: Any, logger: Any, _original: Any = original, _kind: str = kind) -> None:
+            made[_kind].append(logger)
+            _original(self, logger)
+
+        monkeypatch.setattr(cls, "__init__", counting)
+    backend, spec, engine = _built(trt, tmp_path)
+    second = tmp_path / "e2.engine"
+    TensorRTBackend().build(spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, "t2"), second)
+    runners = [backend.load(engine, spec), backend.load(second, spec), TensorRTBackend().load(engine, spec)]
+    try:
+        assert len(made["Runtime"]) == 1  # three engines alive at once, one Runtime
+        loggers = {id(logger) for logger in made["Runtime"] + made["Builder"]}
+        assert len(loggers) == 1  # every Builder and the Runtime got the same logger
+        # no Builder only to read the catalog: each build's own Builder served it, once per process
+        assert len(made["Builder"]) == 2
+    finally:
+        for runner in runners:
+            runner.close()
+    assert cudart.live_allocations() == {}
+
+
+def test_each_capture_gets_only_its_own_errors(trt: ModuleType, tmp_path: Path) -> None:
+    trt.STANDIN.fail_build = "first failure"
+    with pytest.raises(TensorRTBuildError, match="first failure"):
+        TensorRTBackend().build(spec_for(conv_model(tmp_path / "m.onnx"), tmp_path), tmp_path / "e.engine")
+    trt.STANDIN.fail_build = "second failure"
+    with pytest.raises(TensorRTBuildError) as info:
+        TensorRTBackend().build(spec_for(conv_model(tmp_path / "m.onnx"), tmp_path), tmp_path / "e.engine")
+    assert "second failure" in info.value.message and "first failure" not in info.value.message
+
+
+@pytest.mark.parametrize(("onnx_type", "ml_type"), [(16, "bfloat16"), (17, "float8_e4m3fn")])
+def test_bf16_and_fp8_io_runs(trt: ModuleType, cudart: ModuleType, tmp_path: Path, onnx_type: int,
+                              ml_type: str) -> None:
+    """trt.nptype raises for BF16/FP8; buffers are sized from DataType.itemsize, hosts use ml_dtypes."""
+    import ml_dtypes
+
+    dtype = getattr(ml_dtypes, ml_type)
+    assert trt.DataType.BF16.itemsize == 2 and trt.DataType.FP8.itemsize == 1
+    with pytest.raises(TypeError):
+        trt.nptype(trt.DataType.BF16)
+    spec = spec_for(cast_model(tmp_path / "c.onnx", onnx_type), tmp_path, profile=CAST_PROFILE)
+    backend = TensorRTBackend()
+    backend.build(spec, tmp_path / "e.engine")
+    x = np.array([[-1.5, 0.5, 2.0], [3.0, -0.25, 1.0]], dtype=dtype)
+    with backend.load(tmp_path / "e.engine", spec) as runner:
+        assert sorted(size for _ptr, size in cudart.live_allocations().items()) == [
+            2 * 3 * np.dtype(dtype).itemsize
+        ] * 2
+        out = runner.run({"x": x})["y"]
+        assert out.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(out.astype(np.float32), np.maximum(x.astype(np.float32), 0))
+        assert len(runner.time({"x": x}, warmup=1, iterations=2, repeats=1)) == 2
+
+
+def test_sub_byte_types_are_sized_from_itemsize() -> None:
+    from trt_routes.backends.tensorrt.runner import tensor_bytes
+
+    class FakeType:
+        def __init__(self, name: str, itemsize: float | None) -> None:
+            self.name, self.itemsize = name, itemsize
+
+    assert tensor_bytes(FakeType("INT4", 0.5), np.dtype(np.uint8), (3, 5)) == 8  # 15 nibbles, rounded up
+    assert tensor_bytes(FakeType("FP4", 0.5), np.dtype(np.uint8), (2, 4)) == 4
+    assert tensor_bytes(FakeType("E8M0", None), np.dtype(np.uint8), (7,)) == 7  # TensorRT 11.4 gives None
+
+
+def test_events_are_created_before_the_timed_loop(
+    trt: ModuleType, cudart: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    for name in ("cudaEventCreate", "cudaEventRecord"):
+        original = getattr(cudart, name)
+
+        def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
+            calls.append(_name)
+            return _original(*args)
+
+        monkeypatch.setattr(cudart, name, spy)
+    backend, spec, engine = _built(trt, tmp_path)
+    with backend.load(engine, spec) as runner:
+        samples = runner.time({"x": np.zeros((2, 3, 8, 8), dtype=np.float32)}, warmup=1, iterations=3, repeats=2)
+    assert len(samples) == 6
+    first_record = calls.index("cudaEventRecord")
+    assert calls[:first_record] == ["cudaEventCreate"] * 6 and "cudaEventCreate" not in calls[first_record:]
+    assert cudart.live_events() == 0
+
+
+def test_cuda_graph_timing_launches_one_captured_graph(
+    trt: ModuleType, cudart: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launches: list[Any] = []
+    original = cudart.cudaGraphLaunch
+    monkeypatch.setattr(cudart, "cudaGraphLaunch", lambda g, s: (launches.append(g), original(g, s))[1])
+    backend = TensorRTBackend()
+    spec = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, settings={"cuda_graph": True})
+    backend.build(spec, tmp_path / "e.engine")
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    with backend.load(tmp_path / "e.engine", spec) as runner:
+        samples = runner.time(feeds, warmup=2, iterations=3, repeats=2)
+        assert len(samples) == 6 and len(launches) == 8 and len({id(g) for g in launches}) == 1
+        out = runner.run(feeds)["y"]  # the graph replays the enqueue on the current input buffers
+        np.testing.assert_allclose(out, backend.reference(spec, feeds)["y"], rtol=1e-5, atol=1e-6)
+        bigger = {"x": np.ones((4, 3, 8, 8), dtype=np.float32)}
+        assert runner.run(bigger)["y"].shape == (4, 2 * 2)  # a new shape: captured again
+        assert len({id(g) for g in launches}) == 2
+    assert cudart.live_graphs() == 0 and cudart.live_allocations() == {}
+
+
+def test_cuda_graph_capture_failure_fails_the_run(trt: ModuleType, cudart: ModuleType, tmp_path: Path) -> None:
+    backend = TensorRTBackend()
+    spec = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, settings={"cuda_graph": True})
+    backend.build(spec, tmp_path / "e.engine")
+    trt.STANDIN.capture_fails = True
+    with backend.load(tmp_path / "e.engine", spec) as runner, pytest.raises(TensorRTRunError) as info:
+        runner.time({"x": np.zeros((2, 3, 8, 8), dtype=np.float32)}, warmup=0, iterations=2, repeats=1)
+    assert "CUDA graph capture failed" in info.value.message and "not permitted" in info.value.message
+    assert info.value.hint == "set cuda_graph: false for this job"
+    assert cudart.live_graphs() == 0
+
+
 def test_reference_version_names_onnxruntime() -> None:
     import onnxruntime
 
@@ -558,16 +838,65 @@ def test_software_signature_fields(trt: ModuleType, cudart: ModuleType) -> None:
     assert software == {
         "backend": "tensorrt",
         "backend_version": trt.__version__,
+        "backend_distribution": "tensorrt_cu12 11.1.0.106",  # tests/standin's dist-info, like tensorrt-cu12's
+        "tensorrt_cuda": "12",
         "tuner_version": json.loads(trt.STANDIN.catalog_json)["tuner_version"],
         "catalog_digest": backend.catalog().digest,
-        "cuda_runtime": cuda_device.cuda_version_text(cudart.RUNTIME_VERSION),
     }
 
 
-def test_software_without_cuda_python(trt: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_upgrading_cuda_python_alone_keeps_the_signature(trt: ModuleType, cudart: ModuleType,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuda-python's cudaRuntimeGetVersion is its own compile-time CUDA (12090 for cuda-bindings 12.9.x):
+    it only moves data, so it must not enter the signature."""
+    before = TensorRTBackend().software()
+    monkeypatch.setattr(cudart, "RUNTIME_VERSION", 13050)
+    assert TensorRTBackend().software() == before
     monkeypatch.setitem(sys.modules, "cuda", None)
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
-    assert TensorRTBackend().software()["cuda_runtime"] == "unavailable"
+    assert TensorRTBackend().software() == before
+
+
+def _fake_wheel(root: Path, dist: str, version: str, module: str = "tensorrt_bindings") -> Path:
+    """A site folder holding ``module`` as installed by the distribution ``dist`` (METADATA, top_level)."""
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    info = root / f"{dist}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(module + "\n")
+    return root
+
+
+@pytest.mark.parametrize(("dist", "cuda"), [("tensorrt_cu12_bindings", "12"), ("tensorrt_cu13_bindings", "13")])
+def test_distribution_tells_cu12_from_cu13(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dist: str,
+                                           cuda: str) -> None:
+    """Both wheels of TensorRT 11.4 report __version__ 11.4.0.106 (and ship byte-identical bindings)."""
+    import importlib
+
+    from trt_routes.backends.tensorrt import find_distribution
+
+    other = "tensorrt_cu13_bindings" if cuda == "12" else "tensorrt_cu12_bindings"
+    _fake_wheel(tmp_path / "other", other, "11.4.0.106")  # installed elsewhere, not the one imported
+    site = _fake_wheel(tmp_path / "site", dist, "11.4.0.106")
+    monkeypatch.syspath_prepend(str(tmp_path / "other"))
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "tensorrt_bindings", raising=False)
+    bindings = importlib.import_module("tensorrt_bindings")
+    assert bindings.__file__ == str(site / "tensorrt_bindings" / "__init__.py")
+    found = find_distribution(ModuleType("tensorrt"))
+    assert (found.name, found.version, found.cuda) == (dist, "11.4.0.106", cuda)
+    assert found.text == f"{dist} 11.4.0.106"
+    monkeypatch.delitem(sys.modules, "tensorrt_bindings")
+
+
+def test_distribution_unknown_without_metadata() -> None:
+    from trt_routes.backends.tensorrt import find_distribution
+
+    module = ModuleType("tensorrt")
+    module.__version__ = "11.4.0.106"  # type: ignore[attr-defined]
+    found = find_distribution(module)
+    assert (found.name, found.cuda, found.text) == ("unknown", "unknown", "unknown")
 
 
 def test_gpu_fields_from_cuda_runtime(cudart: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -672,7 +1001,8 @@ models:
     assert built["build_route"] == locked
     assert locked in {"", "-peep:max=4", "-conv_use_long_w=off -peep:max=4"}
     assert built["builder_optimization_level"] == 2
-    assert len(_cache_files(tmp_path / "tc")) == 1
+    # one timing cache per route built (the default, -peep:max=4 and -conv_use_long_w=off -peep:max=4)
+    assert len(_cache_files(tmp_path / "tc")) == 3
 
 
 def test_knobs_command_prints_the_catalog_like_help_build_route(tmp_path: Path) -> None:

@@ -208,11 +208,45 @@ def test_unknown_fields_are_kept_not_guessed() -> None:
     assert cache.rows[0].unknown == {"build_time_ms": 812.5}
 
 
-def test_non_finite_time_is_dropped_with_a_note() -> None:
-    row = {**ROW, "gpu_time": float("inf")}
-    cache = parse_tuning_cache(_header_line() + "\n" + json.dumps(row))
-    assert cache.rows[0].gpu_time_ms is None and "non-finite gpu_time" in cache.rows[0].note
-    assert cache.fastest_ok() is None
+@pytest.mark.parametrize("gpu_time", [0, 0.0, None, float("inf"), float("nan"), -1.0])
+def test_an_unmeasured_row_is_crashed_and_never_wins(gpu_time: float | None) -> None:
+    """trtexec writes gpu_time 0 when its child left no timing trace (and nlohmann::json writes NaN as
+    null); trtexec's own strict < would let the 0 win. Such a row is crashed, not ok or accuracy-failed."""
+    rows = [{**ROW, "iter": 0, "gpu_time": 2.0}, {**ROW, "iter": 1, "gpu_time": gpu_time}]
+    cache = parse_tuning_cache(_header_line() + "\n" + "\n".join(json.dumps(r) for r in rows))
+    bad = cache.rows[1]
+    assert bad.status == "crashed" and bad.gpu_time_ms is None and not bad.crash
+    assert f"no usable gpu_time ({gpu_time!r})" in bad.note
+    assert cache.fastest_ok() is cache.rows[0]
+
+
+def test_an_accuracy_failure_keeps_its_status_when_its_time_is_unusable() -> None:
+    row = {**ROW, "error_message": "child exited with status 1", "gpu_time": float("nan")}
+    imported = parse_tuning_cache(_header_line() + "\n" + json.dumps(row)).rows[0]
+    assert imported.status == "accuracy-failed" and imported.gpu_time_ms is None
+    assert "gpu_time nan dropped" in imported.note
+
+
+def test_unknown_algorithm_means_no_metric() -> None:
+    """trtexec's getAlgorithmName writes "Unknown" for an algorithm it has no name for."""
+    header = parse_tuning_cache(_header_line(accuracy_algorithm="Unknown")).header
+    assert (header.accuracy_algorithm, header.metric) == ("Unknown", None)
+    with pytest.raises(TuningCacheFormatError, match="unknown accuracy_algorithm 'L3'"):
+        parse_tuning_cache(_header_line(accuracy_algorithm="L3"))
+
+
+def test_open_knob_with_a_non_integer_value_does_not_abort_the_import() -> None:
+    """trtexec takes any fixed value for an open knob, so its cache can hold one; the row imports."""
+    catalog = _catalog()
+    rows = [{**ROW, "build_route": "-peep:max=auto"}, {**ROW, "iter": 1, "build_route": "-peep:max=+8"}]
+    cache = parse_tuning_cache(
+        _header_line() + "\n" + "\n".join(json.dumps(r) for r in rows), catalog=catalog
+    )
+    assert [r.route for r in cache.rows] == ["-peep:max=auto", "-peep:max=8"]
+    with pytest.raises(TuningCacheFormatError, match="not allowed"):
+        parse_tuning_cache(
+            _header_line() + "\n" + json.dumps({**ROW, "build_route": "-peep:max=int32_t"}), catalog=catalog
+        )
 
 
 @pytest.mark.parametrize(
@@ -224,7 +258,10 @@ def test_non_finite_time_is_dropped_with_a_note() -> None:
         ("LInf", "lInf"),
         ("Cosine", "cos"),
         ("linf", "lInf"),
+        ("linfinity", "lInf"),  # Torch-TensorRT's compute_tensor_loss takes it and writes it as given
+        ("LINF", "lInf"),
         ("cos", "cos"),
+        ("cosine", "cos"),
     ],
 )
 def test_metric_names_map_to_ours(written: str, ours: str) -> None:
@@ -269,6 +306,8 @@ def test_trtexec_command_for_a_locked_route(tmp_path: Path) -> None:
         "tactic_shared_memory_kib": 48,
         "version_compatible": True,
         "timing_cache_dir": "/tmp/tc",
+        "timing_cache": "fresh",
+        "cuda_graph": True,  # how it was timed, not what was built
     }
     line = trtexec_command(
         model,
@@ -295,6 +334,7 @@ def test_trtexec_command_for_a_locked_route(tmp_path: Path) -> None:
         f"--saveEngine={tmp_path / 'out.engine'}",
     } <= set(words)
     assert not any("tc" in w and "timing" in w.lower() for w in words)
+    assert not any("fresh" in w or "CudaGraph" in w for w in words)
     assert line.endswith('--setBuildRoute="-conv_use_long_w=off -kgen:codegen:cuda_tile=2"')
 
 

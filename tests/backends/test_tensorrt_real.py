@@ -5,6 +5,7 @@ real catalog rather than assumed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _tensorrt_knobs import PUBLIC_KNOBS
-from _trt_models import PROFILE, conv_model, custom_op_model
+from _trt_models import CAST_PROFILE, PROFILE, cast_model, conv_model, custom_op_model
 
 from trt_routes.backends import cuda_device
 from trt_routes.backends.base import BuildSpec
@@ -22,6 +23,7 @@ from trt_routes.backends.tensorrt import (
     TensorRTRunner,
     parse_catalog,
     parse_route_text,
+    readback_differences,
 )
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import ManifestError, RouteError
@@ -195,11 +197,93 @@ def test_real_timing_with_cuda_events(backend: TensorRTBackend, runner_for: Any,
 
 def test_real_signature_fields(backend: TensorRTBackend) -> None:
     software = backend.software()
-    assert set(software) == {"backend", "backend_version", "tuner_version", "catalog_digest", "cuda_runtime"}
+    assert set(software) == {"backend", "backend_version", "backend_distribution", "tensorrt_cuda",
+                             "tuner_version", "catalog_digest"}
     assert software["backend"] == "tensorrt" and software["backend_version"] == trt.__version__
     assert software["catalog_digest"] == backend.catalog().digest
-    assert software["cuda_runtime"] != "unavailable"
+    # pip's tensorrt-cuXX wheels and the tarballs' wheels both name what TensorRT was built for
+    assert software["backend_distribution"].startswith("tensorrt"), software
+    assert software["tensorrt_cuda"] != "unknown", software
     for gpu in cuda_device.gpu_fields():
         assert {"gpu_name", "compute_capability", "gpu_memory_gib", "driver_version", "cuda_driver"} <= set(
             gpu
         )
+
+
+def test_real_catalog_entries_skipped_are_reported(backend: TensorRTBackend, tmp_path: Path) -> None:
+    log = backend.build(spec_for(conv_model(tmp_path / "m.onnx"), tmp_path), tmp_path / "e.engine")
+    for skipped in backend.catalog_skipped:  # usually none; each one is named in every build log
+        assert f"catalog: {skipped}" in log
+
+
+# -- the review's fixes, on the real library ---------------------------------------------------------
+def test_real_version_compatible_engine_needs_host_code(
+    backend: TensorRTBackend, runner_for: Any, tmp_path: Path
+) -> None:
+    spec = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, settings={"version_compatible": True})
+    engine = tmp_path / "vc.engine"
+    backend.build(spec, engine)
+    strict = trt.Runtime(trt.Logger(trt.Logger.ERROR))
+    assert strict.engine_host_code_allowed is False  # TensorRT's default (NvInferRuntime.h)
+    assert strict.deserialize_cuda_engine(engine.read_bytes()) is None
+    runner = runner_for(engine, spec)
+    assert runner.run({"x": np.ones((2, 3, 8, 8), dtype=np.float32)})["y"].shape == (2, 4)
+
+
+def test_real_one_runtime_per_process(backend: TensorRTBackend, runner_for: Any, tmp_path: Path) -> None:
+    spec = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path)
+    backend.build(spec, tmp_path / "a.engine")
+    backend.build(spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, "t2"), tmp_path / "b.engine")
+    first, second = runner_for(tmp_path / "a.engine", spec), runner_for(tmp_path / "b.engine", spec)
+    assert first._runtime is second._runtime
+
+
+def test_real_timing_cache_per_route_and_fresh(backend: TensorRTBackend, tmp_path: Path) -> None:
+    """One file per route; a rebuild of a route reuses it. Prints the build times it measured (fresh vs
+    warm per-route cache), the numbers the choice of default is to be checked against."""
+    model = conv_model(tmp_path / "m.onnx")
+    knob, value = _non_default(backend.catalog())
+    times: dict[str, float] = {}
+    for label, trial, route, settings in (
+        ("per_route cold", "a", {}, {}),
+        ("per_route warm", "b", {}, {}),
+        ("other route", "c", {knob.option: value}, {}),
+        ("fresh", "d", {}, {"timing_cache": "fresh"}),
+    ):
+        started = time.perf_counter()
+        log = backend.build(spec_for(model, tmp_path, trial, route=route, settings=settings), tmp_path / "e")
+        times[label] = time.perf_counter() - started
+        if label == "per_route warm":
+            assert "timing cache loaded from" in log
+        if label == "fresh":
+            assert "timing cache: fresh for this build" in log
+    assert len(sorted((tmp_path / "trials").glob("*.timing-cache"))) == 2
+    print("build seconds:", {k: round(v, 3) for k, v in times.items()})
+
+
+def test_real_bf16_io(backend: TensorRTBackend, runner_for: Any, tmp_path: Path) -> None:
+    import ml_dtypes
+
+    spec = spec_for(cast_model(tmp_path / "c.onnx", 16), tmp_path, profile=CAST_PROFILE)
+    backend.build(spec, tmp_path / "e.engine")
+    x = np.array([[-1.5, 0.5, 2.0], [3.0, -0.25, 1.0]], dtype=ml_dtypes.bfloat16)
+    out = runner_for(tmp_path / "e.engine", spec).run({"x": x})["y"]
+    assert out.dtype == np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(out.astype(np.float32), np.maximum(x.astype(np.float32), 0))
+
+
+def test_real_cuda_graph_timing(backend: TensorRTBackend, runner_for: Any, tmp_path: Path) -> None:
+    spec = spec_for(conv_model(tmp_path / "m.onnx"), tmp_path, settings={"cuda_graph": True})
+    backend.build(spec, tmp_path / "e.engine")
+    runner = runner_for(tmp_path / "e.engine", spec)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    samples = runner.time(feeds, warmup=3, iterations=5, repeats=2)
+    assert len(samples) == 10 and all(0 < s < 1000 for s in samples)
+    np.testing.assert_allclose(runner.run(feeds)["y"], backend.reference(spec, feeds)["y"], rtol=1e-2, atol=1e-2)
+
+
+def test_real_readback_compares_canonically(backend: TensorRTBackend) -> None:
+    knob, value = _non_default(backend.catalog())
+    config = trt.Builder(trt.Logger(trt.Logger.ERROR)).create_builder_config()
+    config.build_route = f"{knob.option}={value}"
+    assert readback_differences({knob.option: value}, str(config.build_route or ""), backend.catalog()) == []

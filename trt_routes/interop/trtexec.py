@@ -23,8 +23,10 @@ _PLAIN = {
     "max_num_tactics": "--maxTactics",
     "l2_limit_for_tiling": "--l2LimitForTiling",
 }
-#: Settings that do not change what is built, so the command leaves them out.
-_NOT_ENGINE = ("timing_cache_dir",)
+#: Settings that do not change what is built, so the command leaves them out. ``cuda_graph`` is how the
+#: engine is timed; trtexec 11.1 times with CUDA graphs by default (``--noCudaGraph`` turns it off,
+#: ``--useCudaGraph`` is a deprecated no-op: samples/common/sampleOptions.cpp).
+_NOT_ENGINE = ("timing_cache_dir", "timing_cache", "cuda_graph")
 
 
 def _dynamic_inputs(model_path: str) -> set[str] | None:
@@ -75,6 +77,7 @@ def _setting_flags(settings: Mapping[str, Any]) -> list[str]:
         elif name == "version_compatible":
             if value:
                 flags.append("--versionCompatible")
+
         else:
             raise UsageError(
                 f"trtexec has no flag for the setting '{name}'",

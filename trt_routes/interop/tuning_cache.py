@@ -6,7 +6,11 @@ trtexec / Torch-TensorRT sources): both record a failed build, a signal or a mis
 ``crash=true`` (so those rows import as ``crashed``: the file cannot tell a build error from a crash),
 and a non-empty ``error_message`` with ``crash=false`` only after the engine was built and run, when
 its accuracy exceeded the threshold (``accuracy-failed``). A row that claims success but carries a
-non-finite loss is ``accuracy-failed`` too: trtexec's l0 and lInf let NaN through."""
+non-finite loss is ``accuracy-failed`` too: trtexec's l0 and lInf let NaN through. A row that claims
+success without a usable time is ``crashed``: trtexec writes ``gpu_time`` 0 when its child produced no
+timing trace (samples/trtexec/trtexec.cpp, ``meanGpuTimeMs{0.0}``) and nlohmann::json writes NaN as null,
+so 0, null, negative or non-finite times mean the iteration was not measured, and such a row must never
+win (trtexec's own ``<`` lets a 0 win)."""
 
 from __future__ import annotations
 
@@ -21,8 +25,20 @@ from typing import Any
 from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError, TrtRoutesError
 
-#: Accuracy algorithm names as written by trtexec (L0, LInf, Cosine) or Torch-TensorRT (l0, linf, cos).
-METRICS: dict[str, str] = {"l0": "l0", "l1": "l1", "l2": "l2", "linf": "lInf", "cosine": "cos", "cos": "cos"}
+#: Accuracy algorithm names, case-insensitive, as written by trtexec (``getAlgorithmName``: L0, L1, L2, LInf,
+#: Cosine) or Torch-TensorRT (the user's spelling, which its ``compute_tensor_loss`` takes as l0, l1, l2,
+#: linf or linfinity, cos or cosine).
+METRICS: dict[str, str] = {
+    "l0": "l0",
+    "l1": "l1",
+    "l2": "l2",
+    "linf": "lInf",
+    "linfinity": "lInf",
+    "cosine": "cos",
+    "cos": "cos",
+}
+#: trtexec's ``getAlgorithmName`` writes "Unknown" for an algorithm it has no name for: no metric known.
+NO_METRIC = ("unknown",)
 
 HEADER_KEYS = (
     "tuner_version",
@@ -108,6 +124,7 @@ class ImportedCache:
             if (
                 row.status == "ok"
                 and row.gpu_time_ms is not None
+                and row.gpu_time_ms > 0
                 and (
                     best is None or row.gpu_time_ms < best.gpu_time_ms  # type: ignore[operator]
                 )
@@ -147,16 +164,22 @@ def _route_tokens(text: str) -> dict[str, str]:
 
 
 def canonical_route(build_route: str, catalog: Catalog | None, defaults: Mapping[str, str]) -> str:
-    """The canonical form of a route read from a file.
+    """The canonical form of a route read from a file: knobs at their default dropped, the rest sorted.
 
-    With a catalog: ``trt_routes.routes.canonical`` (values checked, defaults dropped). Without one:
-    knobs at the value of the header's ``default_build_route`` dropped, the rest sorted."""
-    from trt_routes.routes import canonical, parse_route
+    With a catalog: every knob must be in it and every value one TensorRT's tuner takes (an open knob
+    takes any fixed value, as in trtexec), integers written as ``trt_routes.routes.canonical`` writes
+    them. Without one: knobs at the value of the header's ``default_build_route`` dropped."""
+    from trt_routes.backends.tensorrt.catalog import route_problems, without_defaults
+    from trt_routes.routes import parse_route
 
-    if catalog is not None:
-        return canonical(parse_route(build_route, catalog), catalog)
     assign = parse_route(build_route)
-    kept = {k: v for k, v in assign.items() if defaults.get(k) != v}
+    if catalog is not None:
+        problems = route_problems(assign, catalog)
+        if problems:
+            raise RouteError("; ".join(problems))
+        kept = without_defaults(assign, catalog)
+    else:
+        kept = {k: v for k, v in assign.items() if defaults.get(k) != v}
     return " ".join(f"{k}={kept[k]}" for k in sorted(kept))
 
 
@@ -190,16 +213,19 @@ def _header(obj: dict[str, Any], source: str, err: Any) -> ImportedHeader:
         numbers[key] = _number(value)
     algorithm = text("accuracy_algorithm")
     metric = METRICS.get(algorithm.lower()) if algorithm else None
-    if algorithm and metric is None:
-        raise err(f"unknown accuracy_algorithm '{algorithm}'", "trtexec writes L0, L1, L2, LInf or Cosine")
+    if algorithm and metric is None and algorithm.lower() not in NO_METRIC:
+        raise err(
+            f"unknown accuracy_algorithm '{algorithm}'",
+            "trtexec writes L0, L1, L2, LInf, Cosine or Unknown; Torch-TensorRT l0, l1, l2, linf, linfinity, cos",
+        )
     files = obj.get("files", {})
     if not isinstance(files, dict):
         raise err("header field 'files' must be an object")
     argv = obj.get("argv")
     if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
         raise err("header field 'argv' must be a list of strings")
-    key = obj.get("partition_key")
-    if key is not None and not isinstance(key, str):
+    partition = obj.get("partition_key")
+    if partition is not None and not isinstance(partition, str):
         raise err("header field 'partition_key' must be a string")
     unknown = {k: v for k, v in obj.items() if k not in HEADER_KEYS}
     extra_params = {k: v for k, v in params.items() if k not in ("atol", "rtol", "epsilon")}
@@ -219,7 +245,7 @@ def _header(obj: dict[str, Any], source: str, err: Any) -> ImportedHeader:
         tuning_expr=text("tuning_expr"),
         files=dict(files),
         argv=tuple(argv) if argv is not None else None,
-        partition_key=key,
+        partition_key=partition,
         time_statistic="mean" if source == "trtexec" else "median of 10 runs",
         unknown=unknown,
     )
@@ -262,18 +288,26 @@ def _row(
             f"build_route {route_text!r} does not fit: {exc.message}",
             "was the file written by another TensorRT version than the catalog's?",
         ) from exc
-    note = ""
+    notes: list[str] = []
+    timed = gpu_time is not None and math.isfinite(gpu_time) and gpu_time > 0
     if crash:
         status = "crashed"
     elif message:
         status = "accuracy-failed"
+    elif not timed:  # built and run, but not measured: no time can rank it
+        status = "crashed"
+        notes.append(f"no usable gpu_time ({raw_time!r}): the iteration was not measured")
     else:
         status = "ok"
         bad = sorted(name for name, value in (losses or {}).items() if not _finite(value))
         if bad:
-            status, note = "accuracy-failed", f"non-finite accuracy loss for {', '.join(bad)}"
-    if gpu_time is not None and not math.isfinite(gpu_time):
-        gpu_time, note = None, (note + "; " if note else "") + "non-finite gpu_time dropped"
+            status = "accuracy-failed"
+            notes.append(f"non-finite accuracy loss for {', '.join(bad)}")
+    if gpu_time is not None and not timed:
+        if status == "accuracy-failed":
+            notes.append(f"gpu_time {raw_time!r} dropped")
+        gpu_time = None
+    note = "; ".join(notes)
     return ImportedRow(
         line=number,
         iter=iteration,

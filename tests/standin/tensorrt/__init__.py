@@ -27,6 +27,20 @@ docstrings, docs.nvidia.com/deeplearning/tensorrt/latest/performance/tuning.html
   inputs from "device" memory through cuda-python's runtime (the stand-in one in tests), computes the
   outputs with onnxruntime on the host and writes them back.
 
+Where the real bindings fail, the stand-in fails the same way (each checked against TensorRT 11.4's
+bindings wheel by tests/backends/test_tensorrt_conformance.py, or taken from TensorRT's sources):
+- ``Builder(logger)`` / ``Runtime(logger)`` raise ``TypeError("pybind11::init(): factory function returned
+  nullptr")`` when TensorRT cannot make one (``STANDIN.factory_fails``); they never return None.
+- ``Runtime.deserialize_cuda_engine`` refuses an engine built with ``BuilderFlag.VERSION_COMPATIBLE``
+  (it embeds a lean runtime: host code) unless ``Runtime.engine_host_code_allowed`` is True, whose
+  default is False (NvInferRuntime.h); such an engine loads on a later TensorRT of the same major version.
+- timing-cache entries are keyed by layer, not by build route, so one cache shared by several routes
+  hands one route's timings to another (``STANDIN.timing_hits`` counts reused entries per build).
+- ``nptype`` raises TypeError for BF16, FP8, INT4, FP4 and E8M0; ``DataType.itemsize`` is 0.5 for INT4
+  and FP4 and None for E8M0, as the real ``tensorrt/__init__.py`` defines it. Enum values are TensorRT's.
+- ``config.build_route`` may read back normalised (``STANDIN.readback = "full"``: every knob in catalog
+  order, defaults spelled out, integers re-printed), which only a canonical comparison survives.
+
 Test controls live in ``STANDIN`` (drop knobs on set the way a compiler override might, replace the
 catalog text, fail builds). ``inspect_engine(bytes)`` decodes what a stand-in engine recorded."""
 
@@ -84,6 +98,14 @@ class _Controls:
     dropped_knobs: set[str] = field(default_factory=set)  # silently removed on set, like an override
     fail_build: str | None = None  # build_serialized_network logs this error and returns None
     device_name: str = "NVIDIA H200"
+    #: trt.Builder / trt.Runtime fail as pybind11 does when TensorRT's factory returns NULL (no GPU, ...)
+    factory_fails: bool = False
+    #: "as_set": build_route reads back as set; "full": normalised (catalog order, defaults, integers)
+    readback: str = "as_set"
+    #: timing-cache entries each build found already timed, in build order
+    timing_hits: list[int] = field(default_factory=list)
+    #: the engine holds an operation CUDA graph capture does not permit: enqueue fails while capturing
+    capture_fails: bool = False
     #: Real engines are not bit-reproducible (tactic timings differ between builds): set, every engine gets a
     #: random build id. Workers are separate processes, so the environment variable sets it there.
     nondeterministic: bool = field(default_factory=lambda: bool(os.environ.get("TRT_STANDIN_NONDETERMINISTIC")))
@@ -138,10 +160,14 @@ class DataType(IntEnum):
     FP8 = 6
     BF16 = 7
     INT64 = 8
+    INT4 = 9
+    FP4 = 10
+    E8M0 = 11
 
     @property
-    def itemsize(self) -> int:
-        return {0: 4, 1: 2, 2: 1, 3: 4, 4: 1, 5: 1, 6: 1, 7: 2, 8: 8}[int(self)]
+    def itemsize(self) -> float | None:
+        """Bytes per element as the real ``tensorrt/__init__.py`` gives them: 0.5 for INT4/FP4, None for E8M0."""
+        return {0: 4, 1: 2, 2: 1, 3: 4, 4: 1, 5: 1, 6: 1, 7: 2, 8: 8, 9: 0.5, 10: 0.5}.get(int(self))
 
 
 _NP = {
@@ -162,7 +188,25 @@ _ONNX_TO_TRT = {
     2: DataType.UINT8,
     7: DataType.INT64,
     16: DataType.BF16,
+    17: DataType.FP8,
+    22: DataType.INT4,
+    23: DataType.FP4,
 }
+
+
+_TRT_TO_ONNX = {trt: onnx_type for onnx_type, trt in _ONNX_TO_TRT.items()}
+
+
+def _host_type(trt_type: DataType) -> np.dtype[Any]:
+    """How the stand-in holds a tensor on the host (not a TensorRT API; packed INT4/FP4 it cannot run)."""
+    if trt_type in _NP:
+        return np.dtype(_NP[trt_type])
+    import ml_dtypes
+
+    extra = {DataType.BF16: ml_dtypes.bfloat16, DataType.FP8: ml_dtypes.float8_e4m3fn}
+    if trt_type not in extra:
+        raise RuntimeError(f"the stand-in cannot run tensors of type {trt_type.name}")
+    return np.dtype(extra[trt_type])
 
 
 def nptype(trt_type: DataType) -> type:
@@ -172,9 +216,9 @@ def nptype(trt_type: DataType) -> type:
     return _NP[trt_type]
 
 
-def volume(shape: Any) -> int:
+def volume(iterable: Any) -> int:
     out = 1
-    for d in shape:
+    for d in iterable:
         out *= int(d)
     return out
 
@@ -207,17 +251,17 @@ class TilingOptimizationLevel(IntEnum):
     FULL = 3
 
 
-class BuilderFlag(IntEnum):  # TensorRT 11 removed FP16/INT8/... (strong typing only)
-    DEBUG = 0
-    GPU_FALLBACK = 1
-    REFIT = 2
-    DISABLE_TIMING_CACHE = 3
-    VERSION_COMPATIBLE = 4
-    EXCLUDE_LEAN_RUNTIME = 5
+class BuilderFlag(IntEnum):  # TensorRT 11 removed FP16/INT8/... (strong typing only); values are TensorRT's
+    DEBUG = 2
+    GPU_FALLBACK = 3
+    REFIT = 4
+    DISABLE_TIMING_CACHE = 5
+    VERSION_COMPATIBLE = 12
+    EXCLUDE_LEAN_RUNTIME = 13
 
 
 class NetworkDefinitionCreationFlag(IntEnum):
-    STRONGLY_TYPED = 1  # accepted and ignored in 11.x: every network is strongly typed
+    STRONGLY_TYPED = 0  # a bit position; accepted and ignored in 11.x: every network is strongly typed
 
 
 class Dims(tuple):  # type: ignore[type-arg]
@@ -409,8 +453,8 @@ SUPPORTED_OPS = frozenset(
 
 class OnnxParser:
     def __init__(self, network: INetworkDefinition, logger: ILogger) -> None:
-        self.network = network
-        self.logger = logger
+        self._network = network
+        self._logger = logger
         self._errors: list[ParserError] = []
 
     @property
@@ -423,9 +467,9 @@ class OnnxParser:
     def clear_errors(self) -> None:
         self._errors.clear()
 
-    def parse_from_file(self, path: str) -> bool:
-        with open(path, "rb") as f:
-            return self.parse(f.read(), path)
+    def parse_from_file(self, model: str) -> bool:
+        with open(model, "rb") as f:
+            return self.parse(f.read(), model)
 
     def parse(self, model: bytes, path: str | None = None) -> bool:
         import onnx
@@ -442,7 +486,7 @@ class OnnxParser:
                     f"Failed to parse ONNX model{f' {path}' if path else ''}: {exc}",
                 )
             )
-            self.logger.log(_Severity.ERROR, self._errors[-1].desc())
+            self._logger.log(_Severity.ERROR, self._errors[-1].desc())
             return False
         for index, node in enumerate(proto.graph.node):
             if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
@@ -454,11 +498,11 @@ class OnnxParser:
                     node.op_type,
                 )
                 self._errors.append(error)
-                self.logger.log(_Severity.ERROR, str(error))
+                self._logger.log(_Severity.ERROR, str(error))
         if self._errors:
             return False
         initializers = {t.name for t in proto.graph.initializer}
-        net = self.network
+        net = self._network
         net._inputs = [_tensor(v) for v in proto.graph.input if v.name not in initializers]
         net._outputs = [_tensor(v) for v in proto.graph.output]
         net._ops = [n.op_type for n in proto.graph.node]
@@ -491,21 +535,21 @@ class IOptimizationProfile:
 
 class ITimingCache:
     def __init__(self, entries: dict[str, str], version: str, device: str) -> None:
-        self.entries = dict(entries)
-        self.version, self.device = version, device
+        self._entries = dict(entries)
+        self._version, self._device = version, device
 
     def serialize(self) -> bytes:
-        body = {"version": self.version, "device": self.device, "entries": self.entries}
+        body = {"version": self._version, "device": self._device, "entries": self._entries}
         return CACHE_MAGIC + json.dumps(body, sort_keys=True).encode()
 
     def combine(self, input_cache: ITimingCache, ignore_mismatch: bool) -> bool:
-        if not ignore_mismatch and (input_cache.version, input_cache.device) != (self.version, self.device):
+        if not ignore_mismatch and (input_cache._version, input_cache._device) != (self._version, self._device):
             return False
-        self.entries.update(input_cache.entries)
+        self._entries.update(input_cache._entries)
         return True
 
     def reset(self) -> bool:
-        self.entries.clear()
+        self._entries.clear()
         return True
 
 
@@ -550,7 +594,15 @@ class IBuilderConfig:
 
     @property
     def build_route(self) -> str:
-        return self._route
+        if STANDIN.readback != "full":
+            return self._route
+        catalog = json.loads(STANDIN.catalog_json or "{}").get("tuner_options", [])
+        set_values = dict(t.partition("=")[::2] for t in self._route.split())
+        out = []
+        for option in catalog:
+            value = set_values.get(option["option"], option["default_value"]).strip()
+            out.append(f"{option['option']}={int(value) if value.lstrip('-').isdigit() else value}")
+        return " ".join(out)
 
     @build_route.setter
     def build_route(self, route: str) -> None:
@@ -602,7 +654,7 @@ class IBuilderConfig:
         return ITimingCache(body["entries"], body["version"], body["device"])
 
     def set_timing_cache(self, cache: ITimingCache, ignore_mismatch: bool) -> bool:
-        if not ignore_mismatch and (cache.version, cache.device) != (__version__, STANDIN.device_name):
+        if not ignore_mismatch and (cache._version, cache._device) != (__version__, STANDIN.device_name):
             self._logger.log(
                 _Severity.WARNING, "setTimingCache: cache was made by another TensorRT or device"
             )
@@ -614,8 +666,17 @@ class IBuilderConfig:
         return self._timing_cache
 
 
+def _factory(logger: ILogger, what: str) -> None:
+    """pybind11 turns TensorRT's NULL from createInferBuilder/createInferRuntime into this TypeError."""
+    if STANDIN.factory_fails:
+        message = "Error Code 6: API Usage Error (CUDA initialization failure with error: 35)"
+        logger.log(_Severity.ERROR, f"{what}: {message}")
+        raise TypeError("pybind11::init(): factory function returned nullptr")
+
+
 class Builder:
     def __init__(self, logger: ILogger) -> None:
+        _factory(logger, "createInferBuilder")
         self.logger = logger
 
     def create_network(self, flags: int = 0) -> INetworkDefinition:
@@ -657,14 +718,14 @@ class Builder:
         hits = misses = 0
         opt = {n: list(s[1]) for n, s in profile.items()}
         for index, op in enumerate(network._ops):
-            key = hashlib.sha256(f"{op}:{index}:{sorted(opt.items())}:{config._route}".encode()).hexdigest()[
-                :16
-            ]
-            if key in cache.entries:
+            # like TensorRT's, the key names the layer and its shapes, not the build route
+            key = hashlib.sha256(f"{op}:{index}:{sorted(opt.items())}".encode()).hexdigest()[:16]
+            if key in cache._entries:
                 hits += 1
             else:
                 misses += 1
-                cache.entries[key] = f"tactic-{int(key[:4], 16) % 7}"
+                cache._entries[key] = f"tactic-{int(key[:4], 16) % 7}"
+        STANDIN.timing_hits.append(hits)
         self.logger.log(_Severity.INFO, f"Timing cache: {hits} hits, {misses} misses")
         body = {
             "version": __version__,
@@ -710,7 +771,9 @@ def inspect_engine(blob: bytes) -> dict[str, Any]:
 
 class Runtime:
     def __init__(self, logger: ILogger) -> None:
+        _factory(logger, "createInferRuntime")
         self.logger = logger
+        self.engine_host_code_allowed = False
 
     def deserialize_cuda_engine(self, serialized_engine: bytes) -> ICudaEngine | None:
         try:
@@ -718,7 +781,17 @@ class Runtime:
         except (ValueError, json.JSONDecodeError):
             self.logger.log(_Severity.ERROR, "IRuntime::deserializeCudaEngine: the blob is not an engine")
             return None
-        if body["version"] != __version__:
+        compatible = "VERSION_COMPATIBLE" in body["flags"]
+        if compatible and "EXCLUDE_LEAN_RUNTIME" not in body["flags"] and not self.engine_host_code_allowed:
+            self.logger.log(
+                _Severity.ERROR,
+                "IRuntime::deserializeCudaEngine: the engine has host code (an embedded lean runtime) and "
+                "engine host code is not allowed: set IRuntime::setEngineHostCodeAllowed(true)",
+            )
+            return None
+        same_major = body["version"].split(".")[0] == __version__.split(".")[0]
+        newer = tuple(int(p) for p in body["version"].split(".")) <= tuple(int(p) for p in __version__.split("."))
+        if body["version"] != __version__ and not (compatible and same_major and newer):
             self.logger.log(
                 _Severity.ERROR,
                 f"The engine plan file is not compatible with this version of "
@@ -761,14 +834,32 @@ class ICudaEngine:
         return ENGINE_MAGIC + json.dumps(self._body).encode()
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._session is None:
-            import onnxruntime as ort
+        """Outputs by onnxruntime on the host, exchanged as OrtValues of the engine's element types (numpy
+        has no bfloat16 or float8: their bytes travel as unsigned integers of the same size)."""
+        import ctypes
 
+        import onnxruntime as ort
+
+        if self._session is None:
             self._session = ort.InferenceSession(
                 base64.b64decode(self._body["model"]), providers=["CPUExecutionProvider"]
             )
+        values = {}
+        for name, array in feeds.items():
+            trt_type = self.get_tensor_dtype(name)
+            data = array.view(f"u{array.itemsize}") if trt_type in (DataType.BF16, DataType.FP8) else array
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                np.ascontiguousarray(data), _TRT_TO_ONNX[trt_type]
+            )
         names = [o.name for o in self._session.get_outputs()]
-        return dict(zip(names, self._session.run(names, feeds), strict=True))
+        outputs = {}
+        for name, value in zip(names, self._session.run_with_ort_values(names, values), strict=True):
+            host = _host_type(self.get_tensor_dtype(name))
+            shape = tuple(value.shape())
+            size = volume(shape) * host.itemsize
+            raw = ctypes.string_at(value.data_ptr(), size) if size else b""
+            outputs[name] = np.frombuffer(raw, dtype=host).reshape(shape).copy()
+        return outputs
 
 
 def _cudart() -> Any:
@@ -809,7 +900,7 @@ class IExecutionContext:
         key = tuple(sorted(self._shapes.items()))
         if key not in self._output_shapes:
             zeros = {
-                n: np.zeros(self._shapes[n], dtype=nptype(self.engine.get_tensor_dtype(n)))
+                n: np.zeros(self._shapes[n], dtype=_host_type(self.engine.get_tensor_dtype(n)))
                 for n in self._inputs()
             }
             self._output_shapes[key] = {n: Dims(a.shape) for n, a in self.engine._run(zeros).items()}
@@ -833,13 +924,24 @@ class IExecutionContext:
 
     def execute_async_v3(self, stream_handle: int) -> bool:
         rt = _cudart()
+        capture = getattr(rt, "_capture_of", lambda _s: None)(stream_handle)
+        if capture is not None or getattr(rt, "_is_capturing", lambda _s: False)(stream_handle):
+            if STANDIN.capture_fails or capture is None:  # an operation a graph cannot hold
+                rt._invalidate_capture(stream_handle)
+                self.engine._logger.log(_Severity.ERROR, "enqueueV3: operation not permitted when stream is capturing")
+                return False
+            capture.append(lambda: self._execute_now(rt))  # runs at cudaGraphLaunch, like captured kernels
+            return True
+        return self._execute_now(rt)
+
+    def _execute_now(self, rt: Any) -> bool:
         names = self.engine._names
         if any(n not in self._addresses for n in names) or any(n not in self._shapes for n in self._inputs()):
             self.engine._logger.log(_Severity.ERROR, "enqueueV3: not every tensor has a shape and an address")
             return False
         feeds = {}
         for name in self._inputs():
-            host = np.empty(self._shapes[name], dtype=nptype(self.engine.get_tensor_dtype(name)))
+            host = np.empty(self._shapes[name], dtype=_host_type(self.engine.get_tensor_dtype(name)))
             if host.nbytes:
                 (err,) = rt.cudaMemcpy(
                     host.ctypes.data,

@@ -5,28 +5,30 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
 from trt_routes.backends.base import Backend, BuildSpec, Feeds
-from trt_routes.backends.cuda_device import cuda_check, cuda_version_text, gpu_fields, load_cudart
+from trt_routes.backends.cuda_device import gpu_fields
 from trt_routes.backends.tensorrt.catalog import (
     CatalogFormatError,
-    parse_catalog,
+    read_catalog,
     readback_differences,
     validate_route,
 )
+from trt_routes.backends.tensorrt.process import distribution, process_runtime, process_state
 from trt_routes.backends.tensorrt.runner import TensorRTRunError, TensorRTRunner
-from trt_routes.backends.tensorrt.settings import apply_settings, check_settings
+from trt_routes.backends.tensorrt.settings import NOT_BUILD, apply_settings, check_settings, setting_value
 from trt_routes.backends.tensorrt.timing_cache import (
     TimingCacheFile,
     atomic_write,
     host_bytes,
     timing_cache_path,
 )
-from trt_routes.backends.tensorrt.trt_logger import make_logger
+from trt_routes.backends.tensorrt.trt_logger import process_logger
 from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, TrtRoutesError
 
@@ -86,8 +88,9 @@ class TensorRTBackend(Backend):
 
     def __init__(self) -> None:
         self._catalog: Catalog | None = None
-        self._catalog_text: str | None = None
         self._software: dict[str, str] | None = None
+        #: catalog entries TensorRT listed that could not be used, with the reason (also in each build log)
+        self.catalog_skipped: tuple[str, ...] = ()
 
     # -- probing ----------------------------------------------------------------------------
     def _import(self) -> ModuleType:
@@ -98,23 +101,8 @@ class TensorRTBackend(Backend):
                 f"{UNAVAILABLE}: tensorrt does not import ({exc})", self.install_hint
             ) from exc
 
-    def _read_catalog_text(self, trt: ModuleType, builder: Any = None) -> str:
-        if self._catalog_text is None:
-            if builder is None:
-                builder = trt.Builder(make_logger(trt))
-            if builder is None:
-                raise BackendUnavailable(
-                    f"{UNAVAILABLE}: tensorrt.Builder could not be created (no GPU?)", self.install_hint
-                )
-            text = builder.create_builder_config().all_build_routes
-            self._catalog_text = text if isinstance(text, str) else ""
-        return self._catalog_text
-
-    def unavailable_reason(self) -> str | None:
-        try:
-            trt = self._import()
-        except BackendUnavailable as exc:
-            return exc.message
+    @staticmethod
+    def _version_problem(trt: ModuleType) -> str | None:
         version = str(getattr(trt, "__version__", ""))
         parsed = version_tuple(version)
         if len(parsed) < 2:
@@ -123,22 +111,63 @@ class TensorRTBackend(Backend):
             return f"{UNAVAILABLE}: TensorRT {version} is older than 11.1"
         if not hasattr(trt.IBuilderConfig, "all_build_routes"):
             return f"{UNAVAILABLE}: IBuilderConfig has no all_build_routes in TensorRT {version}"
+        return None
+
+    def _catalog_text(self, trt: ModuleType, builder: Any = None) -> str:
+        """``all_build_routes``, read once per process: from ``builder`` when given (a build's own),
+        else from a Builder made for it. BackendUnavailable when TensorRT cannot make a Builder."""
+        state = process_state(trt)
+        if state.catalog_text is None:
+            if builder is None:
+                logger = process_logger(trt)
+                with logger.capture() as log:
+                    try:
+                        builder = trt.Builder(logger)
+                    except TypeError as exc:  # pybind11: "factory function returned nullptr"
+                        raise BackendUnavailable(
+                            f"{UNAVAILABLE}: {_no_object('Builder', exc, log.errors())}", self.install_hint
+                        ) from exc
+            text = builder.create_builder_config().all_build_routes
+            state.catalog_text = text if isinstance(text, str) else ""
+        return state.catalog_text
+
+    def _catalog_problem(self, trt: ModuleType, builder: Any = None) -> str | None:
+        """Read and parse the catalog (once); the reason the backend is unavailable, or None."""
+        if self._catalog is not None:
+            return None
+        version = str(trt.__version__)
         try:
-            text = self._read_catalog_text(trt)
+            text = self._catalog_text(trt, builder)
         except BackendUnavailable as exc:
             return exc.message
         except Exception as exc:  # CUDA initialisation failures surface here
-            return f"{UNAVAILABLE}: creating a TensorRT builder failed ({exc})"
+            return f"{UNAVAILABLE}: creating a TensorRT builder failed ({type(exc).__name__}: {exc})"
         if not text.strip():
             return (
                 f"{UNAVAILABLE}: all_build_routes is empty in TensorRT {version} "
                 "(Windows, TensorRT-RTX and the lean/dispatch runtimes have no tuner)"
             )
         try:
-            self._catalog = self._catalog or parse_catalog(text, version=version)
+            reading = read_catalog(text, version=version)
         except CatalogFormatError as exc:
             return f"{UNAVAILABLE}: {exc.message}"
+        if reading.skipped:
+            warnings.warn(
+                CatalogEntrySkipped(
+                    f"TensorRT {version}: {len(reading.skipped)} build-route catalog entr"
+                    f"{'y' if len(reading.skipped) == 1 else 'ies'} skipped: " + "; ".join(reading.skipped)
+                ),
+                stacklevel=3,
+            )
+        self._catalog, self.catalog_skipped = reading.catalog, reading.skipped
         return None
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            trt = self._import()
+        except BackendUnavailable as exc:
+            return exc.message
+        return self._version_problem(trt) or self._catalog_problem(trt)
 
     def _require(self) -> ModuleType:
         reason = self.unavailable_reason()
@@ -154,25 +183,21 @@ class TensorRTBackend(Backend):
         return self._catalog
 
     def software(self) -> dict[str, str]:
+        """Signature fields. ``backend_distribution`` tells cu12 from cu13 builds (same ``__version__``);
+        ``tensorrt_cuda`` is the CUDA TensorRT was built for, not cuda-python's (which only moves data)."""
         if self._software is None:
             trt = self._require()
             catalog = self.catalog()
+            found = distribution(trt)
             self._software = {
                 "backend": self.name,
                 "backend_version": str(trt.__version__),
+                "backend_distribution": found.text,
+                "tensorrt_cuda": found.cuda,
                 "tuner_version": catalog.tuner_version or "unknown",
                 "catalog_digest": catalog.digest,
-                "cuda_runtime": self._cuda_runtime(),
             }
         return dict(self._software)
-
-    @staticmethod
-    def _cuda_runtime() -> str:
-        try:
-            rt = load_cudart()
-            return cuda_version_text(int(cuda_check(rt, rt.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion")))
-        except TrtRoutesError:
-            return "unavailable"
 
     def supports(self, target: Mapping[str, Any]) -> str | None:
         if target.get("kind") != "gpu":
@@ -181,71 +206,106 @@ class TensorRTBackend(Backend):
 
     # -- worker side ------------------------------------------------------------------------
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
-        trt = self._require()
+        trt = self._import()
+        problem = self._version_problem(trt)
+        if problem:
+            raise BackendUnavailable(problem, self.install_hint)
         settings = check_settings(spec.settings)
-        route = validate_route(spec.route, self.catalog())
-        logger = make_logger(trt)
-        lines: list[str] = [f"TensorRT {trt.__version__}, route: {route or '(default)'}"]
+        logger = process_logger(trt)
+        lines: list[str] = [f"TensorRT {trt.__version__} ({distribution(trt).text})"]
+        with logger.capture() as log:
 
-        def fail(message: str, hint: str | None = None) -> TensorRTBuildError:
-            errors = logger.errors()
-            detail = (message + "\n  TensorRT errors:\n    " + "\n    ".join(errors)) if errors else message
-            return TensorRTBuildError(detail, "\n".join([*lines, logger.text()]), hint)
+            def fail(message: str, hint: str | None = None) -> TensorRTBuildError:
+                errors = log.errors()
+                detail = (message + "\n  TensorRT errors:\n    " + "\n    ".join(errors)) if errors else message
+                return TensorRTBuildError(detail, "\n".join([*lines, log.text()]), hint)
 
-        try:
-            builder = trt.Builder(logger)
-            if builder is None:
-                raise fail("tensorrt.Builder could not be created")
-            network = builder.create_network(0)
-            parser = trt.OnnxParser(network, logger)
-            model = Path(spec.model_path)
-            if not parser.parse(model.read_bytes(), str(model)) or parser.num_errors:
-                raise fail(f"ONNX parser rejected {model.name}: " + "; ".join(_parser_errors(parser)))
-            config = builder.create_builder_config()
-            lines += _add_profile(builder, network, config, spec.profile, fail)
-            lines += apply_settings(trt, config, settings)
-            config.build_route = route
-            readback = str(config.build_route or "")
-            diffs = readback_differences(spec.route, readback, self.catalog())
-            if diffs:
-                raise fail(
-                    f"TensorRT did not keep the route: {'; '.join(diffs)} (read back: {readback!r})",
-                    "a knob may be overridden in this TensorRT version; check `trt-routes knobs`",
-                )
-            lines.append(f"build_route read back: {readback or '(default)'}")
-            cache = self._timing_cache(trt, spec, settings)
-            lines += cache.load_into(config)
-            serialized = builder.build_serialized_network(network, config)
-            if serialized is None:
-                raise fail("build_serialized_network returned None")
-            atomic_write(engine_path, host_bytes(serialized))
-            lines += cache.save_from(config)
-        except TrtRoutesError:
-            raise
-        except Exception as exc:  # TensorRT raises RuntimeError/TypeError from its bindings
-            raise fail(f"TensorRT build failed: {type(exc).__name__}: {exc}") from exc
-        return "\n".join([*lines, logger.text()])
+            try:
+                try:
+                    builder = trt.Builder(logger)
+                except TypeError as exc:  # pybind11: "factory function returned nullptr"
+                    raise fail(_no_object("Builder", exc, []), "is a GPU visible to this worker?") from exc
+                reason = self._catalog_problem(trt, builder)  # the build's own Builder reads the catalog
+                if reason:
+                    raise BackendUnavailable(reason, self.install_hint)
+                catalog = self.catalog()
+                lines += [f"catalog: {skipped}" for skipped in self.catalog_skipped]
+                route = validate_route(spec.route, catalog)
+                lines.append(f"route: {route or '(default)'}")
+                network = builder.create_network(0)
+                parser = trt.OnnxParser(network, logger)
+                model = Path(spec.model_path)
+                if not parser.parse(model.read_bytes(), str(model)) or parser.num_errors:
+                    raise fail(f"ONNX parser rejected {model.name}: " + "; ".join(_parser_errors(parser)))
+                config = builder.create_builder_config()
+                lines += _add_profile(builder, network, config, spec.profile, fail)
+                lines += apply_settings(trt, config, settings)
+                config.build_route = route
+                readback = str(config.build_route or "")
+                diffs = readback_differences(spec.route, readback, catalog)
+                if diffs:
+                    raise fail(
+                        f"TensorRT did not keep the route: {'; '.join(diffs)} (read back: {readback!r})",
+                        "a knob may be overridden in this TensorRT version; check `trt-routes knobs`",
+                    )
+                lines.append(f"build_route read back: {readback or '(default)'}")
+                cache = self._timing_cache(trt, spec, settings, route)
+                if cache is None:
+                    lines.append("timing cache: fresh for this build (timing_cache: fresh)")
+                else:
+                    lines += cache.load_into(config)
+                serialized = builder.build_serialized_network(network, config)
+                if serialized is None:
+                    raise fail("build_serialized_network returned None")
+                atomic_write(engine_path, host_bytes(serialized))
+                if cache is not None:
+                    lines += cache.save_from(config)
+            except TrtRoutesError:
+                raise
+            except Exception as exc:  # TensorRT raises RuntimeError/TypeError from its bindings
+                raise fail(f"TensorRT build failed: {type(exc).__name__}: {exc}") from exc
+            return "\n".join([*lines, log.text()])
 
     @staticmethod
-    def _timing_cache(trt: ModuleType, spec: BuildSpec, settings: Mapping[str, Any]) -> TimingCacheFile:
+    def _timing_cache(
+        trt: ModuleType, spec: BuildSpec, settings: Mapping[str, Any], route: str
+    ) -> TimingCacheFile | None:
+        """The timing-cache file of this build, or None for a fresh cache (``timing_cache: fresh``)."""
+        if setting_value(settings, "timing_cache") == "fresh":
+            return None
+        found = distribution(trt)
+        build = f"{trt.__version__} {found.name}" if found.name != "unknown" else str(trt.__version__)
+        builder_settings = {k: v for k, v in settings.items() if k not in NOT_BUILD}
         return TimingCacheFile(
             timing_cache_path(
-                timing_cache_dir(spec, settings), str(trt.__version__), _gpu_identity(spec.target)
+                timing_cache_dir(spec, settings), build, _gpu_identity(spec.target), builder_settings, route
             )
         )
 
     def load(self, engine_path: Path, spec: BuildSpec) -> TensorRTRunner:
         trt = self._import()
-        logger = make_logger(trt)
-        runtime = trt.Runtime(logger)
-        engine = runtime.deserialize_cuda_engine(Path(engine_path).read_bytes())
-        if engine is None:
-            errors = "; ".join(logger.errors()) or "no message"
-            raise TensorRTRunError(
-                f"cannot deserialize engine {engine_path}: {errors}",
-                "engines run only on the TensorRT version and GPU that built them",
-            )
-        return TensorRTRunner(trt, runtime, engine, logger, spec.opt_shapes)
+        settings = check_settings(spec.settings)
+        logger = process_logger(trt)
+        with logger.capture() as log:
+            try:
+                runtime = process_runtime(trt, logger)
+            except TypeError as exc:  # pybind11: "factory function returned nullptr"
+                raise TensorRTRunError(
+                    _no_object("Runtime", exc, log.errors()), "is a GPU visible to this worker?"
+                ) from exc
+            # A version-compatible engine embeds its lean runtime: host code the Runtime refuses unless
+            # allowed (trtexec's sampleEngines.cpp does the same for --versionCompatible).
+            runtime.engine_host_code_allowed = bool(setting_value(settings, "version_compatible"))
+            engine = runtime.deserialize_cuda_engine(Path(engine_path).read_bytes())
+            if engine is None:
+                errors = "; ".join(log.errors()) or "no message"
+                raise TensorRTRunError(
+                    f"cannot deserialize engine {engine_path}: {errors}",
+                    "engines run only on the TensorRT version and GPU that built them",
+                )
+        return TensorRTRunner(
+            trt, runtime, engine, logger, spec.opt_shapes, cuda_graph=bool(setting_value(settings, "cuda_graph"))
+        )
 
     def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
         """Reference outputs from ONNX Runtime on the CPU at basic graph optimization.
@@ -269,22 +329,34 @@ class TensorRTBackend(Backend):
         return f"onnxruntime:{ort.__version__}:basic:cpu"
 
 
+class CatalogEntrySkipped(UserWarning):
+    """TensorRT's build-route catalog listed an entry trt-routes cannot use; the rest of it is used."""
+
+
+def _no_object(kind: str, exc: BaseException, errors: list[str]) -> str:
+    """The message for ``trt.Builder``/``trt.Runtime`` raising TypeError: TensorRT's factory returned NULL."""
+    said = f"; TensorRT said: {'; '.join(errors)}" if errors else ""
+    return (
+        f"tensorrt.{kind} could not be created: TensorRT returned no {kind.lower()} ({exc}){said} "
+        "(no usable GPU, a driver too old for this TensorRT, or CUDA failed to initialise)"
+    )
+
+
 def _parser_errors(parser: Any) -> list[str]:
-    """Every error the ONNX parser recorded, with the node it points at."""
+    """Every error the ONNX parser recorded, with the node it points at (``ParserError`` methods)."""
     out: list[str] = []
     for i in range(parser.num_errors):
         error = parser.get_error(i)
-        text = str(error.desc()) if hasattr(error, "desc") else str(error)
-        node = int(error.node()) if hasattr(error, "node") else -1
         where = []
+        node = int(error.node())
         if node >= 0:
             where.append(f"node {node}")
-        for attr in ("node_name", "node_operator"):
-            value = getattr(error, attr, None)
-            value = value() if callable(value) else value
-            if value:
-                where.append(f"{attr.removeprefix('node_')} {value}")
-        out.append(text + (f" ({', '.join(where)})" if where else ""))
+        name, operator = str(error.node_name()), str(error.node_operator())
+        if name:
+            where.append(f"name {name}")
+        if operator:
+            where.append(f"operator {operator}")
+        out.append(str(error.desc()) + (f" ({', '.join(where)})" if where else ""))
     return out or ["no error recorded"]
 
 

@@ -6,7 +6,9 @@ against a catalog before it is handed to TensorRT, and compare what TensorRT rea
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.catalog import Catalog, Knob
@@ -34,11 +36,50 @@ def _allowed_values(text: str) -> tuple[str, ...] | None:
     return values or None
 
 
-def parse_catalog(text: str, *, version: str) -> Catalog:
-    """Parse the catalog JSON returned by ``IBuilderConfig.all_build_routes``.
+@dataclass(frozen=True)
+class CatalogReading:
+    """A parsed catalog and the entries that were skipped, each with the reason."""
 
-    ``version`` is the TensorRT version the text came from. Raises CatalogFormatError for anything
-    that is not the documented shape (every field a string, options with a leading dash, unique)."""
+    catalog: Catalog
+    skipped: tuple[str, ...] = ()
+
+
+def _entry_problem(item: Any, where: str) -> str | None:
+    """Why one ``tuner_options`` entry cannot be used, or None."""
+    if not isinstance(item, dict):
+        return f"{where} is not an object"
+    for key in ("option", "allowed_values", "default_value", "help"):
+        if key in item and not isinstance(item[key], str):
+            return f"{where}.{key} is not a string ({item[key]!r})"
+    option = item.get("option", "").strip()
+    if not option.startswith("-") or len(option) < 2 or any(c.isspace() or c in "=[]|" for c in option):
+        return f"{where}: bad option name {option!r}"
+    if "default_value" not in item:
+        return f"{where}: option {option} has no default_value"
+    default = item["default_value"].strip()
+    if _allowed_values(item.get("allowed_values", "")) is None and not _is_int(default):
+        # routes write open knobs' defaults as integers (trt_routes.routes); a non-integer one cannot be
+        # told apart from a set value there
+        return f"{where}: open knob {option} has the non-integer default {default!r}"
+    return None
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def read_catalog(text: str, *, version: str) -> CatalogReading:
+    """Parse the catalog JSON returned by ``IBuilderConfig.all_build_routes``, skipping odd entries.
+
+    ``version`` is the TensorRT version the text came from. Like trtexec's ``BuildRouteKnobDatabase``
+    (samples/common/sampleTuning.cpp), one entry that is not the documented shape is skipped, not fatal
+    (each skip is named in ``skipped``); a later entry for the same option replaces the earlier one, as
+    trtexec's map does. CatalogFormatError only when the whole text is unusable: empty, not JSON, no
+    ``tuner_options`` list, or no usable entry at all."""
     hint = "the catalog comes from IBuilderConfig.all_build_routes; report this TensorRT version"
     if not text or not text.strip():
         raise CatalogFormatError("TensorRT returned an empty build-route catalog", hint)
@@ -58,27 +99,37 @@ def parse_catalog(text: str, *, version: str) -> Catalog:
     options = root.get("tuner_options")
     if not isinstance(options, list):
         raise CatalogFormatError("build-route catalog: 'tuner_options' must be a list", hint)
-    knobs: list[Knob] = []
-    seen: set[str] = set()
+    knobs: dict[str, Knob] = {}
+    skipped: list[str] = []
     for i, item in enumerate(options):
-        where = f"build-route catalog: tuner_options[{i}]"
-        if not isinstance(item, dict):
-            raise CatalogFormatError(f"{where} must be an object", hint)
-        for key in ("option", "allowed_values", "default_value", "help"):
-            if key in item and not isinstance(item[key], str):
-                raise CatalogFormatError(f"{where}.{key} must be a string, got {item[key]!r}", hint)
-        option = item.get("option", "").strip()
-        if not option.startswith("-") or len(option) < 2 or any(c.isspace() or c in "=[]|" for c in option):
-            raise CatalogFormatError(f"{where}: bad option name {option!r}", hint)
-        if option in seen:
-            raise CatalogFormatError(f"{where}: option {option} is listed twice", hint)
-        if "default_value" not in item:
-            raise CatalogFormatError(f"{where}: option {option} has no default_value", hint)
-        seen.add(option)
-        values = _allowed_values(item.get("allowed_values", ""))
-        default = item["default_value"].strip()
-        knobs.append(Knob(option=option, values=values, default=default, help=item.get("help", "").strip()))
-    return Catalog(backend=BACKEND_NAME, version=version, knobs=tuple(knobs), tuner_version=tuner_version)
+        where = f"tuner_options[{i}]"
+        problem = _entry_problem(item, where)
+        if problem:
+            skipped.append(f"{problem}; skipped")
+            continue
+        option = item["option"].strip()
+        knob = Knob(
+            option=option,
+            values=_allowed_values(item.get("allowed_values", "")),
+            default=item["default_value"].strip(),
+            help=item.get("help", "").strip(),
+        )
+        if option in knobs:
+            skipped.append(f"{where}: option {option} is listed again; the later entry replaces the earlier")
+        knobs[option] = knob
+    if not knobs:
+        raise CatalogFormatError(
+            "build-route catalog has no usable entry" + (f" ({'; '.join(skipped)})" if skipped else ""), hint
+        )
+    catalog = Catalog(
+        backend=BACKEND_NAME, version=version, knobs=tuple(knobs.values()), tuner_version=tuner_version
+    )
+    return CatalogReading(catalog, tuple(skipped))
+
+
+def parse_catalog(text: str, *, version: str) -> Catalog:
+    """The catalog of ``read_catalog`` without the list of skipped entries."""
+    return read_catalog(text, version=version).catalog
 
 
 def route_text(route: Mapping[str, str]) -> str:
@@ -99,6 +150,23 @@ def parse_route_text(text: str) -> dict[str, str]:
     return out
 
 
+def value_problem(knob: Knob, value: str) -> str | None:
+    """Why TensorRT's tuner would not take ``value`` for ``knob``, or None.
+
+    A closed knob takes one of its listed values. An open knob takes any fixed value, as trtexec's
+    ``BuildRouteExprParser::parseExpr`` does: it refuses only the type word ``int32_t`` (and a token
+    cannot hold whitespace or list brackets)."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        return f"{knob.option}: bad value {value!r}"
+    if knob.values is not None:
+        if value not in knob.values:
+            return f"{knob.option}={value} is not allowed (allowed: {'|'.join(knob.values)})"
+        return None
+    if value == "int32_t" or any(c in value for c in "[]|"):
+        return f"{knob.option}={value} is not allowed: {knob.option} is open and takes one fixed value"
+    return None
+
+
 def route_problems(route: Mapping[str, str], catalog: Catalog) -> list[str]:
     """Every reason ``route`` would not be accepted by TensorRT (empty list when it is valid)."""
     problems: list[str] = []
@@ -109,11 +177,10 @@ def route_problems(route: Mapping[str, str], catalog: Catalog) -> list[str]:
 
             close = difflib.get_close_matches(knob, catalog.options, n=1)
             problems.append(f"unknown knob {knob}" + (f" (did you mean {close[0]}?)" if close else ""))
-        elif not isinstance(value, str) or not value or any(c.isspace() for c in value):
-            problems.append(f"{knob}: bad value {value!r}")
-        elif not spec.allows(value):
-            allowed = "an integer" if spec.values is None else "|".join(spec.values)
-            problems.append(f"{knob}={value} is not allowed (allowed: {allowed})")
+            continue
+        problem = value_problem(spec, value)
+        if problem:
+            problems.append(problem)
     return problems
 
 
@@ -131,15 +198,59 @@ def validate_route(route: Mapping[str, str], catalog: Catalog) -> str:
     return route_text(route)
 
 
+def canonical_value(knob: Knob | None, value: str) -> str:
+    """One spelling per value: integers of open knobs without sign or leading zeros, closed values in the
+    catalog's own spelling when they differ from it only in case (and that spelling is unambiguous)."""
+    value = value.strip()
+    if knob is None:
+        return value
+    if knob.values is None:
+        try:
+            return str(int(value))
+        except ValueError:
+            return value
+    if value in knob.values:
+        return value
+    same = [v for v in knob.values if v.lower() == value.lower()]
+    return same[0] if len(same) == 1 else value
+
+
 def without_defaults(route: Mapping[str, str], catalog: Catalog) -> dict[str, str]:
-    """``route`` with every knob at its catalog default dropped (unknown knobs are kept)."""
-    return {k: v for k, v in route.items() if (spec := catalog.get(k)) is None or spec.default != v}
+    """``route`` in canonical spelling, every knob at its catalog default dropped (unknown knobs kept)."""
+    out: dict[str, str] = {}
+    for knob, value in route.items():
+        spec = catalog.get(knob)
+        value = canonical_value(spec, value)
+        if spec is None or value != canonical_value(spec, spec.default):
+            out[knob] = value
+    return out
+
+
+_READBACK_TOKEN = re.compile(r"(-[^\s=,;]+)\s*=\s*([^\s,;]*)")
+
+
+def parse_readback(text: str) -> dict[str, str]:
+    """The knobs of a route as TensorRT may print it: ``-k=v`` pairs separated by whitespace, commas or
+    semicolons, with or without spaces around ``=``. RouteError for leftovers or a knob given twice with
+    two values."""
+    out: dict[str, str] = {}
+    leftover = _READBACK_TOKEN.sub(" ", text).replace(",", " ").replace(";", " ")
+    if leftover.strip():
+        raise RouteError(f"unexpected text {leftover.strip()!r} in route {text!r}")
+    for knob, value in _READBACK_TOKEN.findall(text):
+        if not value:
+            raise RouteError(f"knob {knob} has no value in route {text!r}")
+        if out.get(knob, value) != value:
+            raise RouteError(f"knob {knob} appears twice in route {text!r}")
+        out[knob] = value
+    return out
 
 
 def readback_differences(wanted: Mapping[str, str], readback: str, catalog: Catalog) -> list[str]:
-    """How the route TensorRT reports differs from the one set, knobs at default ignored on both sides."""
+    """How the route TensorRT reports differs from the one set, compared canonically: order, separators,
+    spelled-out defaults, integer formatting and the case of a listed value are formatting, not differences."""
     try:
-        got_all = parse_route_text(readback)
+        got_all = parse_readback(readback)
     except RouteError as exc:
         return [f"TensorRT read back an unparsable route {readback!r}: {exc.message}"]
     want = without_defaults(wanted, catalog)

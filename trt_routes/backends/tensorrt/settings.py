@@ -5,7 +5,7 @@ Unknown names are rejected with the list of accepted ones: a typo must not silen
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,13 @@ Value = str | int | float | bool
 
 @dataclass(frozen=True)
 class Setting:
-    """One accepted setting: its type, range and how it is applied to an IBuilderConfig."""
+    """One accepted setting: its type and range, and where it goes.
+
+    At most one of ``config_attr`` (an IBuilderConfig property, its value converted to the TensorRT enum
+    ``enum`` when given), ``flag`` (a BuilderFlag set or cleared) and ``pool`` (a MemoryPoolType limit,
+    the value shifted left by ``shift`` into bytes) says how the builder gets it. A setting with none of
+    them is read by trt-routes itself (``phase`` "runtime": the runner; "backend": the build around
+    TensorRT). These names are data so the conformance test can check each against the real module."""
 
     name: str
     kind: str  # "int" | "bool" | "enum" | "path"
@@ -24,39 +30,31 @@ class Setting:
     minimum: int | None = None
     maximum: int | None = None
     choices: tuple[str, ...] = ()
-    apply: Callable[[Any, Any, Any], None] | None = None  # (trt, config, normalized value)
+    config_attr: str | None = None
+    enum: str | None = None
+    flag: str | None = None
+    pool: str | None = None
+    shift: int = 0
+    phase: str = "build"  # "build" | "runtime" | "backend"
+    default: Any = None  # what an absent setting means (settings trt-routes reads itself)
+
+    def apply(self, trt: Any, config: Any, value: Any) -> None:
+        """Hand the normalized ``value`` to ``config`` (an IBuilderConfig of module ``trt``)."""
+        if self.config_attr is not None:
+            converted = getattr(getattr(trt, self.enum), str(value).upper()) if self.enum else value
+            setattr(config, self.config_attr, converted)
+        elif self.flag is not None:
+            flag = getattr(trt.BuilderFlag, self.flag)
+            if value:
+                config.set_flag(flag)
+            else:
+                config.clear_flag(flag)
+        elif self.pool is not None:
+            config.set_memory_pool_limit(getattr(trt.MemoryPoolType, self.pool), int(value) << self.shift)
 
 
-def _attr(attr: str) -> Callable[[Any, Any, Any], None]:
-    def apply(_trt: Any, config: Any, value: Any) -> None:
-        setattr(config, attr, value)
-
-    return apply
-
-
-def _enum_attr(attr: str, enum: str) -> Callable[[Any, Any, Any], None]:
-    def apply(trt: Any, config: Any, value: Any) -> None:
-        setattr(config, attr, getattr(getattr(trt, enum), str(value).upper()))
-
-    return apply
-
-
-def _pool(pool: str, shift: int) -> Callable[[Any, Any, Any], None]:
-    def apply(trt: Any, config: Any, value: Any) -> None:
-        config.set_memory_pool_limit(getattr(trt.MemoryPoolType, pool), int(value) << shift)
-
-    return apply
-
-
-def _flag(flag: str) -> Callable[[Any, Any, Any], None]:
-    def apply(trt: Any, config: Any, value: Any) -> None:
-        if value:
-            config.set_flag(getattr(trt.BuilderFlag, flag))
-        else:
-            config.clear_flag(getattr(trt.BuilderFlag, flag))
-
-    return apply
-
+#: The timing-cache policies (setting ``timing_cache``); see ``trt_routes.backends.tensorrt.timing_cache``.
+TIMING_CACHE_MODES = ("per_route", "fresh")
 
 SETTINGS: dict[str, Setting] = {
     s.name: s
@@ -67,32 +65,32 @@ SETTINGS: dict[str, Setting] = {
             "IBuilderConfig.builder_optimization_level (0-5, TensorRT's default 3)",
             0,
             5,
-            apply=_attr("builder_optimization_level"),
+            config_attr="builder_optimization_level",
         ),
         Setting(
             "hardware_compatibility_level",
             "enum",
             "build for other GPU architectures too (then part of the job)",
             choices=("none", "ampere_plus", "same_compute_capability"),
-            apply=_enum_attr("hardware_compatibility_level", "HardwareCompatibilityLevel"),
+            config_attr="hardware_compatibility_level",
+            enum="HardwareCompatibilityLevel",
         ),
         Setting(
             "tiling_optimization_level",
             "enum",
             "IBuilderConfig.tiling_optimization_level",
             choices=("none", "fast", "moderate", "full"),
-            apply=_enum_attr("tiling_optimization_level", "TilingOptimizationLevel"),
+            config_attr="tiling_optimization_level",
+            enum="TilingOptimizationLevel",
         ),
-        Setting(
-            "max_aux_streams", "int", "IBuilderConfig.max_aux_streams", 0, 64, apply=_attr("max_aux_streams")
-        ),
+        Setting("max_aux_streams", "int", "IBuilderConfig.max_aux_streams", 0, 64, config_attr="max_aux_streams"),
         Setting(
             "avg_timing_iterations",
             "int",
             "IBuilderConfig.avg_timing_iterations",
             1,
             1000,
-            apply=_attr("avg_timing_iterations"),
+            config_attr="avg_timing_iterations",
         ),
         Setting(
             "max_num_tactics",
@@ -100,7 +98,7 @@ SETTINGS: dict[str, Setting] = {
             "IBuilderConfig.max_num_tactics (-1: no limit)",
             -1,
             None,
-            apply=_attr("max_num_tactics"),
+            config_attr="max_num_tactics",
         ),
         Setting(
             "l2_limit_for_tiling",
@@ -108,23 +106,11 @@ SETTINGS: dict[str, Setting] = {
             "IBuilderConfig.l2_limit_for_tiling in bytes",
             0,
             None,
-            apply=_attr("l2_limit_for_tiling"),
+            config_attr="l2_limit_for_tiling",
         ),
+        Setting("workspace_mib", "int", "memory pool limit WORKSPACE in MiB", 0, None, pool="WORKSPACE", shift=20),
         Setting(
-            "workspace_mib",
-            "int",
-            "memory pool limit WORKSPACE in MiB",
-            0,
-            None,
-            apply=_pool("WORKSPACE", 20),
-        ),
-        Setting(
-            "tactic_dram_mib",
-            "int",
-            "memory pool limit TACTIC_DRAM in MiB",
-            0,
-            None,
-            apply=_pool("TACTIC_DRAM", 20),
+            "tactic_dram_mib", "int", "memory pool limit TACTIC_DRAM in MiB", 0, None, pool="TACTIC_DRAM", shift=20
         ),
         Setting(
             "tactic_shared_memory_kib",
@@ -132,19 +118,47 @@ SETTINGS: dict[str, Setting] = {
             "memory pool limit TACTIC_SHARED_MEMORY in KiB",
             0,
             None,
-            apply=_pool("TACTIC_SHARED_MEMORY", 10),
+            pool="TACTIC_SHARED_MEMORY",
+            shift=10,
         ),
         Setting(
-            "version_compatible", "bool", "BuilderFlag.VERSION_COMPATIBLE", apply=_flag("VERSION_COMPATIBLE")
+            "version_compatible",
+            "bool",
+            "BuilderFlag.VERSION_COMPATIBLE; such engines embed a lean runtime, which the loading Runtime "
+            "must allow (engine_host_code_allowed)",
+            flag="VERSION_COMPATIBLE",
+        ),
+        Setting(
+            "timing_cache",
+            "enum",
+            "per_route (default): one timing cache file per (TensorRT build, GPU, build settings, route), "
+            "so no route's timings pick another route's tactics; fresh: an empty cache for every build, "
+            "as trtexec's tuning children without --timingCacheFile",
+            choices=TIMING_CACHE_MODES,
+            phase="backend",
+            default="per_route",
         ),
         Setting(
             "timing_cache_dir",
             "path",
-            "folder of the shared timing caches (default: see "
-            "backend.timing_cache_dir); not applied to the builder",
+            "folder of the timing caches (default: see backend.timing_cache_dir); not applied to the builder",
+            phase="backend",
+        ),
+        Setting(
+            "cuda_graph",
+            "bool",
+            "time each iteration as one CUDA graph launch: the enqueue is captured once, so launch overhead "
+            "of many small kernels stops dominating (trtexec 11.1 does this by default, --noCudaGraph turns "
+            "it off; older trtexec had --useCudaGraph); an engine that cannot be captured fails the trial",
+            phase="runtime",
+            default=False,
         ),
     )
 }
+
+#: Settings that do not change what TensorRT builds (left out of the timing-cache key).
+NOT_BUILD = frozenset(name for name, s in SETTINGS.items() if s.phase != "build")
+
 
 #: Precision switches that TensorRT 11 removed: precision comes from the network (strong typing).
 REMOVED_PRECISION = ("fp16", "bf16", "int8", "fp8", "int4", "fp4", "precision", "strict_types")
@@ -242,7 +256,7 @@ def apply_settings(trt: Any, config: Any, settings: Mapping[str, Any]) -> list[s
     lines: list[str] = []
     for name, value in sorted(settings.items()):
         setting = SETTINGS[name]
-        if setting.apply is None:
+        if setting.phase != "build":
             continue
         try:
             setting.apply(trt, config, value)
@@ -252,3 +266,8 @@ def apply_settings(trt: Any, config: Any, settings: Mapping[str, Any]) -> list[s
             ) from exc
         lines.append(f"setting {name}={value}")
     return lines
+
+
+def setting_value(settings: Mapping[str, Any], name: str) -> Any:
+    """A checked setting's value, or the setting's default when absent."""
+    return settings.get(name, SETTINGS[name].default)

@@ -1,4 +1,12 @@
-"""A TensorRT timing cache shared by every build of one (TensorRT version, GPU), guarded by a file lock.
+"""TensorRT timing caches on disk: one file per (TensorRT build, GPU, build settings, route), file-locked.
+
+Why per route: a timing cache keys its entries by layer and tactic, not by build route, while routes change
+how layers are implemented; one cache shared by every route lets timings measured under one route pick the
+tactics of another, so the comparison the tuner makes is blurred (trtexec avoids it by starting every
+tuning iteration from a fresh cache: each runs in its own process without --timingCacheFile). A file per
+route keeps routes apart and still lets every rebuild of a route (other shapes or models with the same
+settings, `apply --frozen`) reuse its timings, so the rebuilt engine picks the tactics the measured one
+picked. The setting ``timing_cache: fresh`` gives trtexec's behaviour instead (no file at all).
 
 Loaded before each build and combined back after it, so parallel workers only ever add entries."""
 
@@ -7,19 +15,28 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+from trt_routes import canonical
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower() or "unknown"
 
 
-def timing_cache_path(directory: Path, trt_version: str, gpu: str) -> Path:
-    """Where the cache for ``trt_version`` on ``gpu`` lives inside ``directory``."""
-    return directory / f"tensorrt-{_slug(trt_version)}-{_slug(gpu)}.timing-cache"
+def timing_cache_path(
+    directory: Path, trt_build: str, gpu: str, settings: Mapping[str, Any], route: str
+) -> Path:
+    """Where the cache of one (TensorRT build, GPU, build settings, route) lives inside ``directory``.
+
+    ``trt_build`` names the TensorRT version and distribution, ``settings`` are the checked settings that
+    reach the builder, ``route`` is the canonical route text ("" for the default route)."""
+    key = canonical.digest({"settings": dict(settings), "route": route}, 16)
+    return directory / f"tensorrt-{_slug(trt_build)}-{_slug(gpu)}-{key}.timing-cache"
 
 
 def host_bytes(blob: Any) -> bytes:

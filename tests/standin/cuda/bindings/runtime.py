@@ -4,7 +4,9 @@ It mirrors the call convention of cuda-python (every function returns a tuple wh
 ``cudaError_t``) for the subset trt-routes uses: cudaMalloc/cudaFree, cudaMemcpy(Async), streams, events
 with cudaEventElapsedTime, device count/properties and versions. "Device" memory is ordinary host
 memory (ctypes buffers) whose addresses behave as device pointers, so the stand-in TensorRT module can
-read and write it. Sources: the cuda-python API reference (cuda.bindings.runtime) and the CUDA Runtime
+read and write it. Stream capture records what the stand-in TensorRT enqueues on a capturing stream into a
+graph (nothing runs until ``cudaGraphLaunch``), as CUDA does.
+Sources: the cuda-python API reference (cuda.bindings.runtime) and the CUDA Runtime
 API docs. Tests may edit DEVICES (e.g. empty it: no GPU) and inspect ``live_allocations()``."""
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class cudaError_t(IntEnum):
     cudaErrorNoDevice = 100
     cudaErrorInvalidResourceHandle = 400
     cudaErrorNotReady = 600
+    cudaErrorStreamCaptureInvalidated = 901
 
 
 class cudaMemcpyKind(IntEnum):
@@ -32,6 +35,12 @@ class cudaMemcpyKind(IntEnum):
     cudaMemcpyDeviceToHost = 2
     cudaMemcpyDeviceToDevice = 3
     cudaMemcpyDefault = 4
+
+
+class cudaStreamCaptureMode(IntEnum):
+    cudaStreamCaptureModeGlobal = 0
+    cudaStreamCaptureModeThreadLocal = 1
+    cudaStreamCaptureModeRelaxed = 2
 
 
 class _Handle:
@@ -56,6 +65,18 @@ class cudaEvent_t(_Handle):
     def __init__(self) -> None:
         super().__init__()
         self.recorded_ns: int | None = None
+
+
+class cudaGraph_t(_Handle):
+    def __init__(self, work: list[Any] | None = None) -> None:
+        super().__init__()
+        self.work = list(work or [])
+
+
+class cudaGraphExec_t(_Handle):
+    def __init__(self, work: list[Any] | None = None) -> None:
+        super().__init__()
+        self.work = list(work or [])
 
 
 class cudaDeviceProp:
@@ -84,6 +105,10 @@ _allocations: dict[int, Any] = {}
 _streams: set[int] = set()
 _events: dict[int, cudaEvent_t] = {}
 _current_device = 0
+_captures: dict[int, list[Any] | None] = {}  # stream -> recorded work (None: capture invalidated)
+_graphs: set[int] = set()
+_graph_execs: set[int] = set()
+_last_error = cudaError_t.cudaSuccess
 
 
 def live_allocations() -> dict[int, int]:
@@ -146,8 +171,8 @@ def cudaMalloc(size: int) -> tuple[cudaError_t, int]:
     return cudaError_t.cudaSuccess, ptr
 
 
-def cudaFree(ptr: int) -> tuple[cudaError_t]:
-    if _allocations.pop(_address(ptr), None) is None:
+def cudaFree(devPtr: int) -> tuple[cudaError_t]:
+    if _allocations.pop(_address(devPtr), None) is None:
         return (cudaError_t.cudaErrorInvalidDevicePointer,)
     return (cudaError_t.cudaSuccess,)
 
@@ -202,7 +227,7 @@ def cudaEventCreate() -> tuple[cudaError_t, cudaEvent_t]:
     return cudaError_t.cudaSuccess, event
 
 
-def cudaEventRecord(event: cudaEvent_t, stream: cudaStream_t | int = 0) -> tuple[cudaError_t]:
+def cudaEventRecord(event: cudaEvent_t, stream: cudaStream_t | int) -> tuple[cudaError_t]:
     if int(event) not in _events or (int(stream) != 0 and int(stream) not in _streams):
         return (cudaError_t.cudaErrorInvalidResourceHandle,)
     event.recorded_ns = time.perf_counter_ns()
@@ -227,3 +252,81 @@ def cudaEventDestroy(event: cudaEvent_t) -> tuple[cudaError_t]:
 
 def live_events() -> int:
     return len(_events)
+
+
+# -- stream capture and graphs ----------------------------------------------------------------------------
+def _capture_of(stream: Any) -> list[Any] | None:
+    """Stand-in hook for the stand-in TensorRT: the work list of a capturing stream, else None."""
+    return _captures.get(int(stream)) if int(stream) in _captures else None
+
+
+def _invalidate_capture(stream: Any) -> None:
+    """Stand-in hook: an operation not permitted under capture was enqueued on ``stream``."""
+    global _last_error
+    if int(stream) in _captures:
+        _captures[int(stream)] = None
+        _last_error = cudaError_t.cudaErrorStreamCaptureInvalidated
+
+
+def _is_capturing(stream: Any) -> bool:
+    return int(stream) in _captures
+
+
+def cudaStreamBeginCapture(stream: cudaStream_t, mode: cudaStreamCaptureMode) -> tuple[cudaError_t]:
+    if int(stream) not in _streams or int(stream) in _captures:
+        return (cudaError_t.cudaErrorInvalidValue,)
+    _captures[int(stream)] = []
+    return (cudaError_t.cudaSuccess,)
+
+
+def cudaStreamEndCapture(stream: cudaStream_t) -> tuple[cudaError_t, cudaGraph_t | None]:
+    if int(stream) not in _captures:
+        return cudaError_t.cudaErrorInvalidValue, None
+    work = _captures.pop(int(stream))
+    if work is None:
+        return cudaError_t.cudaErrorStreamCaptureInvalidated, None
+    graph = cudaGraph_t(work)
+    _graphs.add(int(graph))
+    return cudaError_t.cudaSuccess, graph
+
+
+def cudaGraphInstantiate(graph: cudaGraph_t, flags: int) -> tuple[cudaError_t, cudaGraphExec_t | None]:
+    if int(graph) not in _graphs:
+        return cudaError_t.cudaErrorInvalidValue, None
+    graph_exec = cudaGraphExec_t(graph.work)
+    _graph_execs.add(int(graph_exec))
+    return cudaError_t.cudaSuccess, graph_exec
+
+
+def cudaGraphLaunch(graphExec: cudaGraphExec_t, stream: cudaStream_t | int) -> tuple[cudaError_t]:
+    if int(graphExec) not in _graph_execs or (int(stream) != 0 and int(stream) not in _streams):
+        return (cudaError_t.cudaErrorInvalidResourceHandle,)
+    for step in graphExec.work:
+        if not step():
+            return (cudaError_t.cudaErrorInvalidValue,)
+    return (cudaError_t.cudaSuccess,)
+
+
+def cudaGraphDestroy(graph: cudaGraph_t) -> tuple[cudaError_t]:
+    if int(graph) not in _graphs:
+        return (cudaError_t.cudaErrorInvalidValue,)
+    _graphs.discard(int(graph))
+    return (cudaError_t.cudaSuccess,)
+
+
+def cudaGraphExecDestroy(graphExec: cudaGraphExec_t) -> tuple[cudaError_t]:
+    if int(graphExec) not in _graph_execs:
+        return (cudaError_t.cudaErrorInvalidValue,)
+    _graph_execs.discard(int(graphExec))
+    return (cudaError_t.cudaSuccess,)
+
+
+def cudaGetLastError() -> tuple[cudaError_t]:
+    global _last_error
+    error, _last_error = _last_error, cudaError_t.cudaSuccess
+    return (error,)
+
+
+def live_graphs() -> int:
+    """Graphs and executable graphs not yet destroyed (for leak checks in tests)."""
+    return len(_graphs) + len(_graph_execs)
