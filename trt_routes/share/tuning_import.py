@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 UNKNOWN = "unknown"
 #: The signature fields of a TensorRT job (used when the job's own signature cannot be resolved here).
 TENSORRT_FIELDS = ("device", "gpu_name", "compute_capability", "sm_count", "gpu_memory_gib", "driver_version",
-                   "cuda_driver", "cuda_runtime", "backend", "backend_version", "tuner_version", "catalog_digest",
-                   "protocol")
+                   "cuda_driver", "backend_distribution", "tensorrt_cuda", "backend", "backend_version",
+                   "tuner_version", "catalog_digest", "protocol")
 #: Sources of rows that are not our own measurements (store.latest_for_job leaves them out).
 SOURCE_PREFIXES = ("trtexec:", "torch-tensorrt:")
 
