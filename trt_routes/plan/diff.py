@@ -4,6 +4,8 @@ It builds nothing and writes nothing. Every job gets one action and the reasons 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,8 +17,8 @@ from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.routes import describe
-from trt_routes.search import Outcome
-from trt_routes.search.job import job_search, selection_key
+from trt_routes.search import Outcome, make_search
+from trt_routes.search.job import JobSearch, job_search, selection_key
 from trt_routes.selection.final import describe_requests, final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate
 
@@ -32,11 +34,13 @@ class JobPlan:
     reused: int = 0
     pending: str | None = None
     candidates: tuple[str, ...] = ()
+    #: an upper bound on the builds the job's search may still ask for in all (``to_build`` is its next step)
+    at_most: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"job": self.job.name, "action": self.action, "reasons": list(self.reasons),
                 "to_build": list(self.to_build), "reused": self.reused, "pending": self.pending,
-                "candidates": len(self.candidates)}
+                "candidates": len(self.candidates), "at_most": self.at_most}
 
 
 @dataclass
@@ -68,6 +72,28 @@ def outcomes(trials: dict[str, TrialRecord], tolerance: Tolerance,
                        median_ms=t.median_ms, ci_low=t.ci_low, ci_high=t.ci_high)
         for route, t in trials.items()
     }
+
+
+SPACE_LISTED = 20_000  # routes of a switch group listed exactly for the bound; beyond, counted
+
+
+def build_bound(job: Job, search: JobSearch, known: Mapping[str, Outcome], batch: list[str]) -> int:
+    """An upper bound on the new builds ``job``'s search may still ask for, this step included: a static
+    strategy's remaining list; for mixed and adaptive every route of the switch group's full product (and
+    every warm-start route) not measured yet; either capped by what ``max_builds`` leaves."""
+    assert job.expression is not None and job.catalog is not None
+    if search.static:
+        left = len((set(search.candidates(known)) | set(batch)) - set(known))
+    else:
+        size = math.prod(len(t.values) for t in job.expression.varied)
+        if size <= SPACE_LISTED:
+            space = set(make_search("full", job.expression, job.catalog).candidates({}))
+            left = len((space | set(search.warm) | set(batch)) - set(known))
+        else:
+            left = size + len(search.warm)
+    if search.max_builds is not None:
+        left = min(left, max(len(batch), search.max_builds - search.builds(known)))
+    return max(left, len(batch))
 
 
 def candidates_key(candidates: list[str] | tuple[str, ...]) -> str:
@@ -143,7 +169,11 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
                                "search continues")
         if pending:
             reasons.append(pending)
-        return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands)
+        bound = build_bound(job, search, known, batch)
+        if bound > len(batch):
+            reasons.append(f"{len(batch)} build(s) now, at most {bound} in all ({job.strategy.mode}: later steps "
+                           "depend on what these measure)")
+        return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands, bound)
     cands = tuple(r for r in cands if r in trials)  # what apply selects among (a budget can leave routes out)
     sel, requests = final_selection(job, trials, list(cands), cache, entry, lookup)
     if entry is None:
