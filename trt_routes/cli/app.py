@@ -12,7 +12,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from trt_routes import __version__
-from trt_routes.cli import audit, cache, lock, tune
+from trt_routes.cli import audit, cache, init, lock, trials, tune
 from trt_routes.cli.common import console
 from trt_routes.errors import Exit, TrtRoutesError
 
@@ -41,8 +41,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(init.app)  # init
 app.add_typer(tune.app)  # validate, schema, knobs, plan, apply
 app.add_typer(audit.app)  # status, explain, report
+app.add_typer(trials.app)  # trials
 app.add_typer(lock.app, name="lock")
 app.add_typer(cache.app, name="cache")
 
