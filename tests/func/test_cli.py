@@ -85,7 +85,7 @@ def test_explain_and_status_after_apply(project: Path) -> None:
     data = json.loads(out)
     assert len(data["trials"]) == 5 and data["winner"] is not None
     code, out = cli("status", "--json", "-m", str(project))
-    assert code == 0 and {r["state"] for r in json.loads(out)} == {"ok"}
+    assert code == 0 and {r["state"] for r in json.loads(out)["jobs"]} == {"ok"}
     engine = project.parent / "engines" / "cnn" / "bs1" / "cpu.onnx"
     engine.write_bytes(b"tampered")
     code, out = cli("status", "-m", str(project))
