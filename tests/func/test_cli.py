@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,105 @@ def test_apply_usage_errors_keep_their_order(project: Path, tmp_path: Path) -> N
                     "-m", str(project))
     assert code == 2 and "do not apply to it" in out and "no saved plan" not in out
     assert not (project.parent / "tuning.lock").exists()
+
+
+# -- GitOps habits ----------------------------------------------------------------------------------
+def test_plan_on_a_fresh_project_creates_no_file(project: Path) -> None:
+    root = project.parent
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    for args in (["plan"], ["plan", "--json"], ["plan", "--check"], ["status"], ["lock", "check"]):
+        assert cli(*args, "-m", str(project))[0] in (0, 1), args
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # no caches/trials.sqlite
+
+
+def test_only_matching_no_job_is_a_usage_error(project: Path) -> None:
+    for command in (["plan"], ["plan", "--check"], ["apply"], ["apply", "--dry-run"], ["status"],
+                    ["lock", "check"]):
+        code, out = cli(*command, "--only", "cnn/bs9*", "-m", str(project))
+        assert code == 2, (command, out)
+        assert "--only 'cnn/bs9*' matches no job" in out and "cnn/bs1/cpu" in out, out
+    code, out = cli("plan", "--only", "cnn/bs1*", "--only", "typo", "-m", str(project))
+    assert code == 2 and "'typo'" in out  # every pattern must match, not just one
+    code, out = cli("plan", "--only", "cnn/bs1*", "-m", str(project))
+    assert code == 0 and "cnn/bs1/cpu" in out and "cnn/bs4/cpu" not in out
+    assert not (project.parent / "tuning.lock").exists()
+
+
+def test_pull_materializes_the_locked_engines_so_plan_check_passes(sharing_project: Path, tmp_path: Path) -> None:
+    """Two copies of a project (machine A, and a clone with the lockfile) share a file:// remote: after
+    `cache pull` the clone has every locked engine in place, and `plan --check` exits 0 with no build."""
+    from _project import copy_project
+    from _sharing import fresh_clone
+
+    from trt_routes.canonical import file_sha256
+    from trt_routes.lockfile import Lockfile
+
+    a = copy_project(sharing_project, tmp_path / "a")
+    remote = (tmp_path / "remote").as_uri()
+    assert cli("cache", "push", remote, "-m", str(a))[0] == 0
+    b = fresh_clone(a, tmp_path / "b")
+    assert cli("plan", "--check", "-m", str(b))[0] == 1  # engines missing: materialize
+    from typer.testing import CliRunner
+
+    from trt_routes.cli.app import app
+
+    pulled = CliRunner().invoke(app, ["cache", "pull", remote, "--json", "-m", str(b)])
+    assert pulled.exit_code == 0, pulled.output
+    assert sorted(json.loads(pulled.stdout)["materialized"]) == ["cnn/bs1/cpu", "cnn/bs4/cpu"]
+    assert "sha256 verified" in pulled.stderr
+    for entry in Lockfile.read(b.parent / "tuning.lock").jobs.values():
+        assert file_sha256(b.parent / entry["engine"]["path"]) == entry["engine"]["sha256"]
+    code, out = cli("plan", "--check", "-m", str(b))
+    assert code == 0 and "Nothing to do" in out, out
+    assert cli("status", "-m", str(b))[0] == 0
+    code, out = cli("cache", "pull", remote, "-m", str(b))  # again: nothing to write
+    assert code == 0 and "materialized" not in out
+
+
+# -- CLI habits -------------------------------------------------------------------------------------
+def _all_help(args: list[str]) -> dict[str, str]:
+    from typer.main import get_command
+
+    from trt_routes.cli.app import app
+
+    def walk(cmd: object, path: list[str]) -> dict[str, str]:
+        found = {" ".join(path): cli(*path, "--help")[1]}
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            found.update(walk(sub, [*path, name]))
+        return found
+
+    return walk(get_command(app), args)
+
+
+def test_help_has_no_type_noise_and_names_the_environment() -> None:
+    helps = _all_help([])
+    assert len(helps) > 15 and "cache pull" in helps and "lock check" in helps
+    for command, text in helps.items():
+        assert "<bool>" not in text and "<list[" not in text, (command, text)
+    apply = " ".join(helps["apply"].split())
+    assert "TRT_ROUTES_WORKERS" in apply and "TRT_ROUTES_EXECUTOR" in apply and "TRT_ROUTES_MANIFEST" in apply
+    assert "--install-completion" in helps[""]  # shell completion is on
+    assert "PATTERN" in helps["plan"] and "PATH" in helps["plan"]
+
+
+def test_environment_variables_sit_between_flags_and_manifest(project: Path, tmp_path: Path) -> None:
+    env = {"TRT_ROUTES_MANIFEST": str(project)}
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "plan", "--json"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300, env={**os.environ, **env})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["format"] == "trt-routes/plan@1"  # TRT_ROUTES_JSON
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "validate"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, env={**os.environ, **env, "TRT_ROUTES_JSON": "1"})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["format"] == "trt-routes/validate@1"
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "validate", "-m", str(tmp_path / "x.yaml")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**os.environ, **env})
+    assert proc.returncode == 2 and "x.yaml" in proc.stderr  # the flag wins over the environment
+    # apply: --executor from the environment (a bad value shows it was read), the flag still wins
+    edit_manifest(project, lambda d: d.update(execution={"executor": "local"}))
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "--dry-run"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, **env, "TRT_ROUTES_EXECUTOR": "nosuch"})
+    assert proc.returncode == 2 and "nosuch" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "--dry-run", "--executor", "local"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, **env, "TRT_ROUTES_EXECUTOR": "nosuch"})
+    assert proc.returncode == 0, proc.stderr

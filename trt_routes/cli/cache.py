@@ -103,8 +103,9 @@ def cache_pull(
     manifest: ManifestOpt = Path("tuning.yaml"),
     as_json: JsonOpt = False,
 ) -> None:
-    """Merge every remote segment not merged yet; engines are fetched (and verified) when a job needs one.
-    Exit 2 when a segment was rejected (the others are merged, none half-way)."""
+    """Merge every remote segment not merged yet and materialize tuning.lock's engines (sha256 verified), as
+    `dvc pull` checks out; other engines are fetched when a job needs one. Exit 2 when a segment was rejected
+    (the others are merged, none half-way)."""
     from trt_routes.share.remote import parse_options, pull
 
     r = pull(open_project(manifest), url, parse_options(option))
@@ -112,6 +113,7 @@ def cache_pull(
         write_json("cache-pull", r.to_json())
     else:
         typer.echo(r.text())
+    _say(r.notes, "dim")
     _say([f"ignored {name} under segments/ (not a segment name)" for name in r.ignored])
     _say([f"error: rejected {line}" for line in r.rejected], "bold red")
     raise typer.Exit(Exit.USAGE if r.rejected else Exit.OK)
