@@ -256,3 +256,50 @@ def test_environment_variables_sit_between_flags_and_manifest(project: Path, tmp
                           capture_output=True, text=True, cwd=tmp_path, timeout=300,
                           env={**os.environ, **env, "TRT_ROUTES_EXECUTOR": "nosuch"})
     assert proc.returncode == 0, proc.stderr
+
+
+# -- output hygiene ---------------------------------------------------------------------------------
+def test_backend_stderr_goes_to_the_trial_log_not_the_terminal(tmp_path: Path) -> None:
+    """A real worker process: what native code writes to fd 2 lands, ANSI-free, at the end of the task's
+    log (shown by `apply --verbose`), and not on the coordinator's stderr."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parents[1])!r})\n"
+        "from _stderr_probe import NativeStderrProbe\n"
+        "from trt_routes.execute.local import LocalExecutor\n"
+        "if __name__ == '__main__':\n"
+        "    with LocalExecutor() as ex:\n"
+        "        r = ex.run(NativeStderrProbe(), 60)\n"
+        "    print(repr(r.log))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "native warning" not in proc.stderr and "\x1b" not in proc.stderr
+    log = eval(proc.stdout.strip())
+    assert log == "built\n--- backend stderr ---\n2025-01-01 [W:onnxruntime:, graph.cc:42] a native warning"
+
+
+def test_verbose_progress_shows_the_captured_stderr_and_errors_cut_at_words() -> None:
+    import io
+
+    from rich.console import Console
+
+    from trt_routes.cache.store import TrialRecord
+    from trt_routes.report.console import PlainReporter
+
+    class _Job:
+        name = "cnn/bs1/cpu"
+
+    error = "InvalidGraph: " + " ".join(f"node{i} has an input whose shape cannot be inferred" for i in range(6))
+    trial = TrialRecord(id="x", group_key="g", job="cnn/bs1/cpu", route="", signature="s", model_digest="m",
+                        shape_key="k", settings_key="k", protocol_key="k", reference_key="k", backend="onnxruntime",
+                        status="build-error", error=error, log="tb\n--- backend stderr ---\n[W:ort] careful")
+    for verbose in (False, True):
+        buf = io.StringIO()
+        reporter = PlainReporter(Console(file=buf, width=400), verbose=verbose)
+        reporter.trial_done(_Job(), trial)  # type: ignore[arg-type]
+        out = buf.getvalue()
+        line = out.splitlines()[0]
+        shown = line.split("build-error ", 1)[1].split("…")[0]
+        assert error.startswith(shown) and error[len(shown)] == " " and "…" in line  # cut between words
+        assert ("stderr: [W:ort] careful" in out) is verbose
