@@ -374,7 +374,7 @@ def materialize_locked(project: Project, cache: CacheStore, store: BlobStore,
     root = project.root.resolve()
     written = []
     for job in project.jobs:
-        engine = (lock.jobs.get(job.name) or {}).get("engine") or {}
+        engine: dict[str, Any] = (lock.jobs.get(job.name) or {}).get("engine") or {}
         sha, rel = engine.get("sha256"), engine.get("path")
         if not (isinstance(sha, str) and sha and isinstance(rel, str) and rel):
             continue
