@@ -374,8 +374,9 @@ def materialize_locked(project: Project, cache: CacheStore, store: BlobStore,
     root = project.root.resolve()
     written = []
     for job in project.jobs:
-        engine: dict[str, Any] = (lock.jobs.get(job.name) or {}).get("engine") or {}
-        sha, rel = engine.get("sha256"), engine.get("path")
+        entry = lock.jobs.get(job.name)
+        engine = entry.engine if entry is not None else None
+        sha, rel = (engine.sha256, engine.path) if engine is not None else (None, None)
         if not (isinstance(sha, str) and sha and isinstance(rel, str) and rel):
             continue
         dest = (root / rel).resolve()
