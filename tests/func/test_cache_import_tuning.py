@@ -157,7 +157,7 @@ def test_cli_import_without_tensorrt_records_unknown_fields(tmp_path: Path, monk
     result = CliRunner().invoke(app, ["cache", "import", str(FIXTURES / "best_config.json"), "--job", JOB,
                                       "-m", str(manifest), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)[0]["added"] >= 1
+    assert json.loads(result.output)["reports"][0]["added"] >= 1
     with open_project(manifest).open_cache() as cache:
         sig = cache.trials_for_job(JOB)[0].signature
         fields = cache.signature_fields(sig)

@@ -212,8 +212,8 @@ def test_a_pulled_adaptive_cache_leaves_nothing_to_plan_build_or_remeasure(
     with project.open_cache() as cache:
         plan = compute_plan(project, cache, project.read_lock())
         remeasured = cache.db.execute("SELECT count(*) FROM remeasurements").fetchone()[0]
-    # nothing to tune or re-decide: only the engines (not in git) are to be fetched from the cache
-    assert {j.action for j in plan.jobs} == {"materialize"}, {j.job.name: j.reasons for j in plan.jobs}
+    # nothing to tune or re-decide, and the pull materialized the locked engines (not in git)
+    assert {j.action for j in plan.jobs} == {"up-to-date"}, {j.job.name: j.reasons for j in plan.jobs}
     result = apply(machine(b))
     assert result.exit_code == 0 and result.built == 0
     with machine(b).open_cache() as cache:

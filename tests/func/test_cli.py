@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,7 +86,7 @@ def test_explain_and_status_after_apply(project: Path) -> None:
     data = json.loads(out)
     assert len(data["trials"]) == 5 and data["winner"] is not None
     code, out = cli("status", "--json", "-m", str(project))
-    assert code == 0 and {r["state"] for r in json.loads(out)} == {"ok"}
+    assert code == 0 and {r["state"] for r in json.loads(out)["jobs"]} == {"ok"}
     engine = project.parent / "engines" / "cnn" / "bs1" / "cpu.onnx"
     engine.write_bytes(b"tampered")
     code, out = cli("status", "-m", str(project))
@@ -153,3 +154,152 @@ def test_apply_usage_errors_keep_their_order(project: Path, tmp_path: Path) -> N
                     "-m", str(project))
     assert code == 2 and "do not apply to it" in out and "no saved plan" not in out
     assert not (project.parent / "tuning.lock").exists()
+
+
+# -- GitOps habits ----------------------------------------------------------------------------------
+def test_plan_on_a_fresh_project_creates_no_file(project: Path) -> None:
+    root = project.parent
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    for args in (["plan"], ["plan", "--json"], ["plan", "--check"], ["status"], ["lock", "check"]):
+        assert cli(*args, "-m", str(project))[0] in (0, 1), args
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # no caches/trials.sqlite
+
+
+def test_only_matching_no_job_is_a_usage_error(project: Path) -> None:
+    for command in (["plan"], ["plan", "--check"], ["apply"], ["apply", "--dry-run"], ["status"],
+                    ["lock", "check"]):
+        code, out = cli(*command, "--only", "cnn/bs9*", "-m", str(project))
+        assert code == 2, (command, out)
+        assert "--only 'cnn/bs9*' matches no job" in out and "cnn/bs1/cpu" in out, out
+    code, out = cli("plan", "--only", "cnn/bs1*", "--only", "typo", "-m", str(project))
+    assert code == 2 and "'typo'" in out  # every pattern must match, not just one
+    code, out = cli("plan", "--only", "cnn/bs1*", "-m", str(project))
+    assert code == 0 and "cnn/bs1/cpu" in out and "cnn/bs4/cpu" not in out
+    assert not (project.parent / "tuning.lock").exists()
+
+
+def test_pull_materializes_the_locked_engines_so_plan_check_passes(sharing_project: Path, tmp_path: Path) -> None:
+    """Two copies of a project (machine A, and a clone with the lockfile) share a file:// remote: after
+    `cache pull` the clone has every locked engine in place, and `plan --check` exits 0 with no build."""
+    from _project import copy_project
+    from _sharing import fresh_clone
+
+    from trt_routes.canonical import file_sha256
+    from trt_routes.lockfile import Lockfile
+
+    a = copy_project(sharing_project, tmp_path / "a")
+    remote = (tmp_path / "remote").as_uri()
+    assert cli("cache", "push", remote, "-m", str(a))[0] == 0
+    b = fresh_clone(a, tmp_path / "b")
+    assert cli("plan", "--check", "-m", str(b))[0] == 1  # engines missing: materialize
+    from typer.testing import CliRunner
+
+    from trt_routes.cli.app import app
+
+    pulled = CliRunner().invoke(app, ["cache", "pull", remote, "--json", "-m", str(b)])
+    assert pulled.exit_code == 0, pulled.output
+    assert sorted(json.loads(pulled.stdout)["materialized"]) == ["cnn/bs1/cpu", "cnn/bs4/cpu"]
+    assert "sha256 verified" in pulled.stderr
+    for entry in Lockfile.read(b.parent / "tuning.lock").jobs.values():
+        assert file_sha256(b.parent / entry["engine"]["path"]) == entry["engine"]["sha256"]
+    code, out = cli("plan", "--check", "-m", str(b))
+    assert code == 0 and "Nothing to do" in out, out
+    assert cli("status", "-m", str(b))[0] == 0
+    code, out = cli("cache", "pull", remote, "-m", str(b))  # again: nothing to write
+    assert code == 0 and "materialized" not in out
+
+
+# -- CLI habits -------------------------------------------------------------------------------------
+def _all_help(args: list[str]) -> dict[str, str]:
+    from typer.main import get_command
+
+    from trt_routes.cli.app import app
+
+    def walk(cmd: object, path: list[str]) -> dict[str, str]:
+        found = {" ".join(path): cli(*path, "--help")[1]}
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            found.update(walk(sub, [*path, name]))
+        return found
+
+    return walk(get_command(app), args)
+
+
+def test_help_has_no_type_noise_and_names_the_environment() -> None:
+    helps = _all_help([])
+    assert len(helps) > 15 and "cache pull" in helps and "lock check" in helps
+    for command, text in helps.items():
+        assert "<bool>" not in text and "<list[" not in text, (command, text)
+    apply = " ".join(helps["apply"].split())
+    assert "TRT_ROUTES_WORKERS" in apply and "TRT_ROUTES_EXECUTOR" in apply and "TRT_ROUTES_MANIFEST" in apply
+    assert "--install-completion" in helps[""]  # shell completion is on
+    assert "PATTERN" in helps["plan"] and "PATH" in helps["plan"]
+
+
+def test_environment_variables_sit_between_flags_and_manifest(project: Path, tmp_path: Path) -> None:
+    env = {"TRT_ROUTES_MANIFEST": str(project)}
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "plan", "--json"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300, env={**os.environ, **env})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["format"] == "trt-routes/plan@1"  # TRT_ROUTES_JSON
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "validate"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, env={**os.environ, **env, "TRT_ROUTES_JSON": "1"})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["format"] == "trt-routes/validate@1"
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "validate", "-m", str(tmp_path / "x.yaml")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**os.environ, **env})
+    assert proc.returncode == 2 and "x.yaml" in proc.stderr  # the flag wins over the environment
+    # apply: --executor from the environment (a bad value shows it was read), the flag still wins
+    edit_manifest(project, lambda d: d.update(execution={"executor": "local"}))
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "--dry-run"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, **env, "TRT_ROUTES_EXECUTOR": "nosuch"})
+    assert proc.returncode == 2 and "nosuch" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "--dry-run", "--executor", "local"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, **env, "TRT_ROUTES_EXECUTOR": "nosuch"})
+    assert proc.returncode == 0, proc.stderr
+
+
+# -- output hygiene ---------------------------------------------------------------------------------
+def test_backend_stderr_goes_to_the_trial_log_not_the_terminal(tmp_path: Path) -> None:
+    """A real worker process: what native code writes to fd 2 lands, ANSI-free, at the end of the task's
+    log (shown by `apply --verbose`), and not on the coordinator's stderr."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parents[1])!r})\n"
+        "from _stderr_probe import NativeStderrProbe\n"
+        "from trt_routes.execute.local import LocalExecutor\n"
+        "if __name__ == '__main__':\n"
+        "    with LocalExecutor() as ex:\n"
+        "        r = ex.run(NativeStderrProbe(), 60)\n"
+        "    print(repr(r.log))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "native warning" not in proc.stderr and "\x1b" not in proc.stderr
+    log = eval(proc.stdout.strip())
+    assert log == "built\n--- backend stderr ---\n2025-01-01 [W:onnxruntime:, graph.cc:42] a native warning"
+
+
+def test_verbose_progress_shows_the_captured_stderr_and_errors_cut_at_words() -> None:
+    import io
+
+    from rich.console import Console
+
+    from trt_routes.cache.store import TrialRecord
+    from trt_routes.report.console import PlainReporter
+
+    class _Job:
+        name = "cnn/bs1/cpu"
+
+    error = "InvalidGraph: " + " ".join(f"node{i} has an input whose shape cannot be inferred" for i in range(6))
+    trial = TrialRecord(id="x", group_key="g", job="cnn/bs1/cpu", route="", signature="s", model_digest="m",
+                        shape_key="k", settings_key="k", protocol_key="k", reference_key="k", backend="onnxruntime",
+                        status="build-error", error=error, log="tb\n--- backend stderr ---\n[W:ort] careful")
+    for verbose in (False, True):
+        buf = io.StringIO()
+        reporter = PlainReporter(Console(file=buf, width=400), verbose=verbose)
+        reporter.trial_done(_Job(), trial)  # type: ignore[arg-type]
+        out = buf.getvalue()
+        line = out.splitlines()[0]
+        shown = line.split("build-error ", 1)[1].split("…")[0]
+        assert error.startswith(shown) and error[len(shown)] == " " and "…" in line  # cut between words
+        assert ("stderr: [W:ort] careful" in out) is verbose

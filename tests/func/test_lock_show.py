@@ -28,7 +28,7 @@ def test_lock_show_prints_the_entry_as_locked(tuned: Path) -> None:
     assert code == 0
     assert yaml.safe_load(out) == {"cnn/bs1/cpu": entry}
     code, out = cli("lock", "show", "cnn/bs1/cpu", "--json", "-m", str(tuned))
-    assert code == 0 and json.loads(out) == {"cnn/bs1/cpu": entry}
+    assert code == 0 and json.loads(out) == {"format": "trt-routes/lock-show@1", "job": "cnn/bs1/cpu", "entry": entry}
 
 
 def test_trtexec_does_not_apply_to_onnxruntime_jobs(tuned: Path) -> None:
@@ -124,7 +124,7 @@ def test_tensorrt_lock_show_trtexec_and_frozen_rebuild(tmp_path: Path, monkeypat
     assert record["jobs"]["m/dyn/h200"]["locked_sha256"] == entry["engine"]["sha256"]
     assert (fresh / "tuning.lock").read_text() == (tuning / "tuning.lock").read_text()
     done = run_with_standin(["status", "--json", "-m", "tuning.yaml"], fresh, tmp_path)
-    (row,) = json.loads(done.stdout)
+    (row,) = json.loads(done.stdout)["jobs"]
     assert done.returncode == 0 and row["state"] == "ok", row  # a verified rebuild is not a digest mismatch
     assert row["detail"].startswith("engine rebuilt from the lock by `apply --frozen` (sha256 "
                                     f"{job['engine_sha256'][:12]}, differs (tensorrt builds are not")

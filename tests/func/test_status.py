@@ -36,7 +36,7 @@ def states(manifest: Path) -> dict[str, tuple[str, str]]:
 
 def cli_status(manifest: Path) -> tuple[int, list[dict[str, str]]]:
     result = CliRunner().invoke(app, ["status", "--json", "-m", str(manifest)])
-    return result.exit_code, json.loads(result.output)
+    return result.exit_code, json.loads(result.output)["jobs"]
 
 
 def test_all_ok_after_apply(project: Path) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 __all__ = ["app", "main"]
 
+import os
+import sys
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
@@ -13,24 +16,80 @@ from typer.core import TyperGroup
 
 from trt_routes import __version__
 from trt_routes.cli import audit, cache, init, lock, trials, tune
-from trt_routes.cli.common import console
+from trt_routes.cli.common import console, json_mode
 from trt_routes.errors import Exit, TrtRoutesError
+
+try:  # a click usage error (bad flag or value): newer typer vendors its own click
+    from typer._click.exceptions import UsageError as _ClickUsageError
+except ImportError:  # pragma: no cover - typer on click
+    from click.exceptions import UsageError as _ClickUsageError  # type: ignore[assignment]
+
+
+def _json_wanted(args: list[str]) -> bool:
+    """--json was given (its callback ran, or it is among the arguments when a parse error stopped them) or
+    TRT_ROUTES_JSON is on."""
+    return json_mode.on or "--json" in args or \
+        os.environ.get("TRT_ROUTES_JSON", "").lower() in ("1", "true", "yes", "on")
+
+
+def _json_error(exc: BaseException, code: int) -> None:
+    from trt_routes.report.formats import dumps, error_document
+
+    sys.stdout.write(dumps(error_document(exc, code)))
+
+
+def _plain_metavars(command: Any) -> None:
+    """Help without type noise: this typer renders every option's type (``<bool>``, ``<list[str]>``). A flag
+    gets no metavar; any other option without one gets its type's name in capitals (PATH, INT, TEXT)."""
+    for param in command.params:
+        if getattr(param, "param_type_name", "") != "option" or param.metavar is not None:
+            continue
+        if param.is_flag:
+            param.metavar = ""
+        else:
+            label = param.display_type(SimpleNamespace(help_option_names=["--help"])).strip("<>")
+            label = label.removeprefix("list[").removesuffix("]")
+            param.metavar = {"str": "TEXT"}.get(label, label.upper())
+    help_option = command.get_help_option(SimpleNamespace(help_option_names=["--help"]))
+    if help_option is not None:
+        help_option.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _plain_metavars(sub)
 
 
 class _Commands(TyperGroup):
     """The root group. Every command runs inside its ``invoke``: a user error becomes one clear message and
-    the exit code its class names; Ctrl-C becomes 130. Anything else is a bug and keeps its traceback."""
+    the exit code its class names (under --json, a ``trt-routes/error@1`` document on stdout); Ctrl-C becomes
+    130. Anything else is a bug and keeps its traceback."""
+
+    def get_params(self, ctx: Any) -> Any:
+        _plain_metavars(self)  # before any help is drawn: typer adds the completion options late
+        return super().get_params(ctx)
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (newer typer vendors its own click)
+        json_mode.on = False
+        pending = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", None) or []
+        args = [*pending, *ctx.args]  # the command's arguments, before the command parses them
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            if _json_wanted(args):
+                _json_error(exc, Exit.INTERRUPTED)
             console(stderr=True).print("interrupted: every finished trial is kept; run the same command again "
                                        "to resume")
             raise typer.Exit(Exit.INTERRUPTED) from None
         except TrtRoutesError as exc:
-            console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
+            if _json_wanted(args):
+                _json_error(exc, exc.exit_code)  # the document says it all: nothing else on either stream
+            else:
+                console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+                                           highlight=False)
             raise typer.Exit(exc.exit_code) from None
+        except _ClickUsageError as exc:
+            if not _json_wanted(args):
+                raise
+            _json_error(exc, Exit.USAGE)
+            raise typer.Exit(Exit.USAGE) from None
 
 
 app = typer.Typer(
@@ -38,7 +97,7 @@ app = typer.Typer(
     cls=_Commands,
     help="Declarative, cached and auditable build-route tuning (TensorRT, ONNX Runtime).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 app.add_typer(init.app)  # init

@@ -7,21 +7,26 @@ from typing import Annotated
 
 import typer
 
-from trt_routes.cli.common import JsonOpt, ManifestOpt, console, open_project, write_json
+from trt_routes.cli.common import JsonOpt, ManifestOpt, OnlyOpt, console, open_project, select_jobs, write_json
 from trt_routes.errors import Exit
 
 app = typer.Typer()
 
 
 @app.command()
-def status(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False) -> None:
+def status(manifest: ManifestOpt = Path("tuning.yaml"), only: OnlyOpt = None, as_json: JsonOpt = False) -> None:
     """Lockfile against cache against engines on disk."""
     from trt_routes.audit.status import status as do_status
     from trt_routes.report.console import render_status
 
-    rows = do_status(open_project(manifest))
+    project = open_project(manifest)
+    rows = do_status(project)
+    if only:
+        names = {j.name for j in select_jobs(project, only)}
+        rows = [r for r in rows if r.job in names]
     if as_json:
-        write_json([r.to_json() for r in rows])
+        write_json("status", {"ok": all(r.state in ("ok", "blocked") for r in rows),
+                              "jobs": [r.to_json() for r in rows]})
     else:
         render_status(rows, console())
     raise typer.Exit(Exit.OK if all(r.state in ("ok", "blocked") for r in rows) else Exit.WORK)
@@ -39,7 +44,7 @@ def explain(
 
     ex = do_explain(open_project(manifest), job)
     if as_json:
-        write_json(ex.to_json())
+        write_json("explain", ex.to_json())
     else:
         render_explain(ex, console())
 
@@ -48,10 +53,14 @@ def explain(
 def report(
     html: Annotated[Path, typer.Option("--html", help="Write a self-contained HTML report to FILE.")],
     manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Write an HTML report: speedup per job, latency against accuracy loss, effect of each knob value."""
     from trt_routes.report.html import write_report
 
     rep = write_report(open_project(manifest), html)
     with_trials = sum(1 for j in rep.jobs if j.points or j.unplotted)
+    if as_json:
+        write_json("report", {"html": str(html), "jobs": len(rep.jobs), "with_trials": with_trials})
+        return
     console().print(f"wrote {html} ({len(rep.jobs)} job(s), {with_trials} with trials)", markup=False)

@@ -39,7 +39,7 @@ def cache_export(
 
     r = export_bundle(open_project(manifest), file, engines=engines, outputs=outputs, only=only)
     if as_json:
-        write_json(r.to_json())
+        write_json("cache-export", r.to_json())
     else:
         typer.echo(f"{file}: {r.trials} trial(s), {r.signatures} signature(s), {r.blobs} blob(s), "
                    f"{r.bytes / 1e6:.1f} MB")
@@ -68,7 +68,7 @@ def cache_import(
     else:
         reports = import_tuning_cache(project, file, job)
     if as_json:
-        write_json([r.to_json() for r in reports])
+        write_json("cache-import", {"reports": [r.to_json() for r in reports]})
     else:
         for r in reports:
             typer.echo(r.text())
@@ -90,7 +90,7 @@ def cache_push(
 
     r = push(open_project(manifest), url, parse_options(option), all_engines=all_engines, everything=everything)
     if as_json:
-        write_json(r.to_json())
+        write_json("cache-push", r.to_json())
     else:
         typer.echo(r.text())
     _say(r.skipped)
@@ -103,15 +103,17 @@ def cache_pull(
     manifest: ManifestOpt = Path("tuning.yaml"),
     as_json: JsonOpt = False,
 ) -> None:
-    """Merge every remote segment not merged yet; engines are fetched (and verified) when a job needs one.
-    Exit 2 when a segment was rejected (the others are merged, none half-way)."""
+    """Merge every remote segment not merged yet and materialize tuning.lock's engines (sha256 verified), as
+    `dvc pull` checks out; other engines are fetched when a job needs one. Exit 2 when a segment was rejected
+    (the others are merged, none half-way)."""
     from trt_routes.share.remote import parse_options, pull
 
     r = pull(open_project(manifest), url, parse_options(option))
     if as_json:
-        write_json(r.to_json())
+        write_json("cache-pull", r.to_json())
     else:
         typer.echo(r.text())
+    _say(r.notes, "dim")
     _say([f"ignored {name} under segments/ (not a segment name)" for name in r.ignored])
     _say([f"error: rejected {line}" for line in r.rejected], "bold red")
     raise typer.Exit(Exit.USAGE if r.rejected else Exit.OK)
@@ -125,7 +127,7 @@ def cache_stats(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = 
 
     s = stats(open_project(manifest))
     if as_json:
-        write_json(s.to_json())
+        write_json("cache-stats", s.to_json())
     else:
         render_stats(s, console())
 
@@ -145,7 +147,7 @@ def cache_gc(
 
     r = gc(open_project(manifest), dry_run=dry_run, older_than_days=older_than)
     if as_json:
-        write_json(r.to_json())
+        write_json("cache-gc", r.to_json())
     else:
         render_gc(r, console())
 
@@ -159,7 +161,7 @@ def cache_verify(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt =
 
     r = verify(open_project(manifest))
     if as_json:
-        write_json(r.to_json())
+        write_json("cache-verify", r.to_json())
     else:
         render_verify(r, console())
     raise typer.Exit(Exit.OK if r.ok else Exit.WORK)

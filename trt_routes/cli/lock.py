@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from trt_routes.cli.common import JsonOpt, ManifestOpt, OnlyOpt, console, open_project, write_json
+from trt_routes.cli.common import JsonOpt, ManifestOpt, OnlyOpt, console, open_project, select_jobs, write_json
 from trt_routes.errors import Exit
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def lock_show(
     if trtexec:
         typer.echo(trtexec_for(locked))
     elif as_json:
-        write_json({locked.name: locked.entry})
+        write_json("lock-show", {"job": locked.name, "entry": locked.entry})
     else:
         sys.stdout.write(lock_entry_text(locked.name, locked.entry))
 
@@ -45,11 +45,11 @@ def lock_check(manifest: ManifestOpt = Path("tuning.yaml"), only: OnlyOpt = None
     from trt_routes.report.gitops import render_mismatches
 
     project = open_project(manifest)
-    jobs = project.select_jobs(only)
+    jobs = select_jobs(project, only)
     mismatches = lock_mismatches(jobs, project.read_lock(), only)
     notes = unchecked(jobs)
     if as_json:
-        write_json(_check_json(mismatches, notes))
+        write_json("lock-check", _check_json(mismatches, notes))
     else:
         render_mismatches(mismatches, notes, project.lock_path.name, console())
     raise typer.Exit(Exit.WORK if mismatches else Exit.OK)

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from trt_routes.cli.common import JsonOpt, ManifestOpt, OnlyOpt, console, open_project, write_json
+from trt_routes.cli.common import JsonOpt, ManifestOpt, OnlyOpt, console, open_project, select_jobs, write_json
 from trt_routes.errors import Exit, UsageError
 
 if TYPE_CHECKING:
+    from trt_routes.cache.store import CacheStore
     from trt_routes.gitops.frozen import FrozenOptions
     from trt_routes.plan.saved import SavedPlan
     from trt_routes.project import Project
@@ -23,9 +24,15 @@ app = typer.Typer()
 
 
 @app.command()
-def validate(manifest: ManifestOpt = Path("tuning.yaml")) -> None:
+def validate(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False) -> None:
     """Check tuning.yaml: schema, references, switch groups against each backend's catalog."""
     project = open_project(manifest)
+    if as_json:
+        write_json("validate", {"manifest": str(manifest), "ok": True,
+                                "models": len(project.loaded.manifest.models),
+                                "jobs": [{"job": j.name, "backend": j.backend, "blocked": j.blocked or None}
+                                         for j in project.jobs]})
+        return
     out = console()
     out.print(f"{manifest}: ok ({len(project.loaded.manifest.models)} model(s), {len(project.jobs)} job(s))")
     for job in project.jobs:
@@ -34,12 +41,23 @@ def validate(manifest: ManifestOpt = Path("tuning.yaml")) -> None:
 
 
 @app.command()
-def schema(out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to FILE.")] = None) -> None:
-    """Print the JSON Schema of tuning.yaml (for editors)."""
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to FILE.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", metavar="NAME", help="Print the JSON Schema of a "
+                                            "--json output instead, e.g. plan (trt-routes/plan@1) or error; "
+                                            "--format list names them.")] = None,
+) -> None:
+    """Print the JSON Schema of tuning.yaml (for editors), or with --format that of a --json output."""
     from trt_routes.artifacts import atomic_write_text
     from trt_routes.manifest.load import manifest_json_schema
+    from trt_routes.report.formats import SCHEMAS, format_id, schema_for
 
-    text = json.dumps(manifest_json_schema(), indent=2, sort_keys=True) + "\n"
+    if fmt == "list":
+        typer.echo("\n".join(f"{name}  ({format_id(name)}): {SCHEMAS[name]['description']}"
+                              for name in sorted(SCHEMAS)))
+        return
+    data = schema_for(fmt) if fmt is not None else manifest_json_schema()
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     if out:
         atomic_write_text(out, text)
     else:
@@ -70,7 +88,7 @@ def knobs(
         raise UsageError(f"{backend} has no knob '{knob}'",
                          f"did you mean '{close[0]}'?" if close else "run `trt-routes knobs` to list them")
     if as_json:
-        write_json(catalog.to_json())
+        write_json("knobs", catalog.to_json())
     else:
         render_knobs(catalog, console(), knob)
 
@@ -101,18 +119,29 @@ def plan(
     from trt_routes.tune.apply import compute_plan
 
     project = open_project(manifest)
+    select_jobs(project, only)
     lock = project.read_lock()
-    with project.open_cache() as cache:
+    with _read_cache(project) as cache:
         the_plan = compute_plan(project, cache, lock, only)
         if out is not None:
             from trt_routes.plan.saved import PlanState, save_plan
 
             save_plan(out, project, the_plan, PlanState.of(project, cache, only))
     if as_json:
-        write_json(the_plan.to_json())
+        write_json("plan", the_plan.to_json())
     else:
         render_plan(the_plan, console())
     raise typer.Exit(Exit.WORK if check and the_plan.has_work else Exit.OK)
+
+
+def _read_cache(project: Project) -> CacheStore:
+    """The trial cache to plan against without writing anything: the project's when it exists, else an empty
+    one in memory (plan creates no file)."""
+    from trt_routes.cache.store import CacheStore
+
+    if project.cache_path.exists():
+        return project.open_cache(create=False)
+    return CacheStore(Path(":memory:"))
 
 
 @app.command()
@@ -134,10 +163,11 @@ def apply(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Losses and build times per trial.")] = False,
     workers: Annotated[int | None, typer.Option(
-        "--workers", "-j", help="Local workers: GPUs used per GPU kind (default: all), CPU workers (default "
-        "1; more share the cores and change the CPU signature).")] = None,
+        "--workers", "-j", envvar="TRT_ROUTES_WORKERS", help="Local workers: GPUs used per GPU kind (default: "
+        "all), CPU workers (default 1; more share the cores and change the CPU signature).")] = None,
     executor: Annotated[str | None, typer.Option(
-        "--executor", help="local or ray (default: the manifest's execution.executor, else local).")] = None,
+        "--executor", envvar="TRT_ROUTES_EXECUTOR", help="local or ray (default: the manifest's "
+        "execution.executor, else local).")] = None,
     address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster address, e.g. ray://head:10001 or auto (needs trt-routes[ray]).")] = None,
 ) -> None:
@@ -146,6 +176,7 @@ def apply(
     from trt_routes.tune.apply import ApplyOptions
 
     project = open_project(manifest)
+    select_jobs(project, only)
     saved = load_plan(plan_file) if plan_file is not None and not frozen else None
     options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
                                       executor=executor, address=address, frozen=frozen,
@@ -178,10 +209,16 @@ def _apply(project: Project, options: ApplyOptions, saved: SavedPlan | None, *, 
     finally:
         reporter.close()
     if options.dry_run:
-        render_dry_run(result.plan, out)
+        if as_json:
+            write_json("apply", {"exit_code": Exit.OK, "built": 0, "dry_run": True, "frozen": False,
+                                 "lock_written": False, "jobs": [], "plan": result.plan.to_json(),
+                                 "routes": {jp.job.name: list(jp.to_build) for jp in result.plan.jobs
+                                            if jp.to_build}})
+        else:
+            render_dry_run(result.plan, out)
         return Exit.OK
     if as_json:
-        write_json(_apply_json(result))
+        write_json("apply", _apply_json(result))
     else:
         render_summary(result, out)
     if result.exit_code == Exit.UNAVAILABLE:
@@ -191,7 +228,8 @@ def _apply(project: Project, options: ApplyOptions, saved: SavedPlan | None, *, 
 
 
 def _apply_json(result: ApplyResult) -> dict[str, Any]:
-    return {"exit_code": result.exit_code, "built": result.built, "lock_written": result.lock_written,
+    return {"exit_code": result.exit_code, "built": result.built, "dry_run": False, "frozen": False,
+            "lock_written": result.lock_written,
             "jobs": [{"job": o.job.name, "action": o.action, "built": o.built, "reused": o.reused,
                       "error": o.error, "lock": o.entry} for o in result.outcomes],
             "plan": result.plan.to_json()}
@@ -205,7 +243,7 @@ def _apply_frozen(project: Project, options: FrozenOptions, *, as_json: bool, qu
     out = console(stderr=as_json)
     result = apply_frozen(project, options, PlainReporter(out, quiet=quiet or as_json))
     if as_json:
-        write_json(result.to_json())
+        write_json("apply", {**result.to_json(), "frozen": True})
     else:
         render_frozen(result, out)
     return result.exit_code

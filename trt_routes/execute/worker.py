@@ -7,10 +7,15 @@ Anything that goes wrong inside a task becomes a TaskResult; only a crash of the
 from __future__ import annotations
 
 import math
+import os
+import re
 import shutil
+import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -155,7 +160,43 @@ def serve(conn: Connection) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+#: The line that starts what a task's native code wrote to file descriptor 2, at the end of its log.
+STDERR_HEADER = "--- backend stderr ---"
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")  # colours, cursor moves, titles
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+@contextmanager
+def _captured_fd2() -> Iterator[list[str]]:
+    """What the task writes to file descriptor 2 (ONNX Runtime and TensorRT log from C++ there), kept out
+    of the terminal and yielded, ANSI codes stripped, as the list's one item once the block ends."""
+    out: list[str] = []
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield out
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            out.append(strip_ansi(sink.read().decode("utf-8", errors="replace")).strip())
+
+
 def _run(task: object) -> TaskResult:
+    with _captured_fd2() as captured:
+        result = _dispatch(task)
+    if captured and captured[0]:
+        result.log = "\n".join(x for x in (result.log.rstrip(), STDERR_HEADER, captured[0]) if x)
+    return result
+
+
+def _dispatch(task: object) -> TaskResult:
     started = time.perf_counter()
     try:
         if isinstance(task, TrialTask):

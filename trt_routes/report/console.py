@@ -35,6 +35,25 @@ def ms(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
+def shorten(text: str, width: int = 120) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``width`` characters with an ellipsis (the
+    whole text stays in the cache: `trt-routes explain JOB` shows it)."""
+    line = " ".join(text.split())
+    if len(line) <= width:
+        return line
+    cut = line[:width - 1]
+    space = width - 1 if line[width - 1] == " " else cut.rfind(" ")  # the cut may fall right after a word
+    return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:") + "…"
+
+
+def backend_stderr(log: str) -> list[str]:
+    """The lines the worker captured from the backend's stderr at the end of a trial's log (if any)."""
+    from trt_routes.execute.worker import STDERR_HEADER
+
+    _, found, text = log.rpartition(STDERR_HEADER)
+    return [line for line in text.splitlines() if line.strip()] if found else []
+
+
 def loss_text(losses: dict[str, dict[str, float]], keys: list[str] | None = None) -> str:
     parts = []
     for out in sorted(losses):
@@ -133,13 +152,16 @@ class PlainReporter:
         seconds = self.clock.trial_done(job.name)
         if self.quiet:
             return
-        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {trial.error[:120]}"
+        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {shorten(trial.error)}"
         took = f" in {seconds:.1f} s" if seconds is not None else ""
         self.console.print(f"  [{self.done}/{max(self.total, self.done)}] {job.name} "
                            f"{describe(trial.route)}: {trial.status}{extra}{took}, "
                            f"eta {clock_text(self.clock.remaining())}", markup=False, highlight=False)
         if self.verbose and trial.losses:
             self.console.print(f"      losses {loss_text(trial.losses)}; build {trial.build_s or 0:.3f} s")
+        if self.verbose:
+            for line in backend_stderr(trial.log):
+                self.console.print(f"      stderr: {line}", markup=False, highlight=False)
 
     def job_done(self, outcome: JobOutcome) -> None:
         if outcome.error:

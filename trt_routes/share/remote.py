@@ -295,6 +295,8 @@ class PullReport:
     conflicts: int = 0
     rejected: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    materialized: list[str] = field(default_factory=list)  # jobs whose locked engine was written to its path
+    notes: list[str] = field(default_factory=list)  # engine fetches: verified, rejected, unreachable
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -304,7 +306,9 @@ class PullReport:
                 f"{self.present} already here")
         if self.conflicts:
             text += f", {self.conflicts} conflicting (ours kept)"
-        return text + "; engines are fetched when a job needs one"
+        if self.materialized:
+            text += f"; materialized the locked engine of {len(self.materialized)} job(s)"
+        return text + "; other engines are fetched when a job needs one"
 
 
 def pull(project: Project, url: str, options: dict[str, str] | None = None) -> PullReport:
@@ -356,7 +360,34 @@ def pull(project: Project, url: str, options: dict[str, str] | None = None) -> P
             report.conflicts += merged.replaced + merged.kept
         if report.segments or not report.rejected:  # a remote that gave nothing but rejects is not recorded
             remember(cache, remote, pulled=True)
+        report.materialized = materialize_locked(project, cache, store, report.notes.append)
     return report
+
+
+def materialize_locked(project: Project, cache: CacheStore, store: BlobStore,
+                       say: Callable[[str], None]) -> list[str]:
+    """Write the engine tuning.lock records for each manifest job to its path, from the blob store or the
+    remotes (sha256 verified), as ``dvc pull`` checks out: after a pull, a machine with the lockfile has its
+    engines and `plan --check` passes. An engine already in place is left alone; one no remote has is left
+    to `apply`. Returns the jobs whose engine was written."""
+    lock = project.read_lock()
+    root = project.root.resolve()
+    written = []
+    for job in project.jobs:
+        entry = lock.jobs.get(job.name)
+        engine = entry.engine if entry is not None else None
+        sha, rel = (engine.sha256, engine.path) if engine is not None else (None, None)
+        if not (isinstance(sha, str) and sha and isinstance(rel, str) and rel):
+            continue
+        dest = (root / rel).resolve()
+        if not dest.is_relative_to(root):
+            say(f"{job.name}: locked engine path {rel} is outside the project: not materialized")
+            continue
+        if dest.is_file() and file_sha256(dest) == sha:
+            continue
+        if (store.verify(sha) or fetch_blob(cache, store, sha, say)) and store.materialize(sha, dest):
+            written.append(job.name)
+    return written
 
 
 # -- lazy engine fetches --------------------------------------------------------------------------------
