@@ -73,6 +73,7 @@ def test_every_reading_command_prints_one_valid_document(a: Path, tmp_path: Path
     assert check("cache-verify", "cache", "verify")["ok"] is True
     assert check("cache-gc", "cache", "gc", "--dry-run")["dry_run"] is True
     assert check("knobs", "knobs")["backend"] == "onnxruntime"
+    assert len(check("trials", "trials")["trials"]) == 10
     bundle = tmp_path / "b.tar.gz"
     assert check("cache-export", "cache", "export", str(bundle))["trials"] == 10
     assert check("cache-import", "cache", "import", str(bundle))["reports"][0]["present"] == 10

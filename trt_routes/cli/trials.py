@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trt_routes.cli.common import ManifestOpt, console, open_project
+from trt_routes.cli.common import JsonOpt, ManifestOpt, console, open_project, write_json
 
 app = typer.Typer()
 
@@ -19,6 +19,7 @@ def trials(
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout: one row per trial, one column per "
                                          "field and per loss (loss:OUTPUT:METRIC).")] = False,
     manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
 ) -> None:
     """List the trials in the project's cache (the Python API: trt_routes.api.trials)."""
     from rich.table import Table
@@ -30,6 +31,9 @@ def trials(
         sys.stdout.write(api.trials_csv(project, job))
         return
     rows = api.trials(project, job)
+    if as_json:
+        write_json("trials", {"trials": [t.to_dict() for t in rows]})
+        return
     table = Table("job", "route", "status", "median ms", "build s")
     for t in rows:
         table.add_row(t.job, t.route or "(default)", t.status, f"{t.median_ms:.4f}" if t.median_ms else "-",

@@ -94,7 +94,7 @@ def _list(item: dict[str, Any]) -> dict[str, Any]:
 _JOB_PLAN = _obj({"job": _STR, "action": {"enum": ["up-to-date", "tune", "reselect", "materialize", "blocked",
                                                    "skipped"]},
                   "reasons": _STRS, "to_build": _STRS, "reused": _INT, "pending": _STR_OR_NULL,
-                  "candidates": _INT})
+                  "candidates": _INT}, {"at_most": {"type": ["integer", "null"]}})
 _PLAN = {"jobs": _list(_JOB_PLAN), "removed": _STRS, "counts": _COUNTS, "builds": _INT, "has_work": _BOOL}
 _COUNT_OR_FLAG = {"anyOf": [_INT, _BOOL], "description": "trials (search) or whether the engine was (frozen)"}
 _APPLY_JOB = _obj({"job": _STR}, {"action": _STR, "built": _COUNT_OR_FLAG, "reused": _COUNT_OR_FLAG,
@@ -149,6 +149,9 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                      {"reports": _list(_OBJ)}, {}),
     "cache-push": ("`cache push URL`: what was pushed.",
                    {"url": _STR, "trials": _INT, "segment": _STR_OR_NULL, "engines": _INT, "skipped": _STRS}, {}),
+    "trials": ("`trials`: every trial in the cache as a flat record (losses as loss:OUTPUT:METRIC keys).",
+               {"trials": _list(_obj({"job": _STR, "route": _STR, "status": _STR, "median_ms": _NUM_OR_NULL}))},
+               {}),
     "cache-pull": ("`cache pull URL`: what was merged, rejected and materialized.",
                    {"url": _STR, "segments": _INT, "added": _INT, "present": _INT, "conflicts": _INT,
                     "rejected": _STRS, "ignored": _STRS}, {"materialized": _STRS}),
