@@ -64,3 +64,4 @@ def test_refuse_keeps_no_trial_and_fails_the_job(tmp_path: Path, tiny_models: di
     assert routes_and_statuses(manifest) == {}  # nothing measured on the busy host was cached
     assert not (manifest.parent / "tuning.lock").exists() or "cnn/bs1/cpu" not in (
         manifest.parent / "tuning.lock").read_text()
+

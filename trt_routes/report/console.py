@@ -25,6 +25,7 @@ from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.plan.diff import Plan
 from trt_routes.report.progress import EtaColumn, TrialClock, clock_text
 from trt_routes.routes import describe
+from trt_routes.selection.rank import gate
 from trt_routes.tune.outcome import ApplyResult, JobOutcome
 
 ACTION_STYLE = {"up-to-date": "green", "tune": "yellow", "reselect": "cyan", "materialize": "cyan",
@@ -152,10 +153,17 @@ class PlainReporter:
         seconds = self.clock.trial_done(job.name)
         if self.quiet:
             return
+        status = trial.status
         extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {shorten(trial.error)}"
+        failed = [f for f in gate(trial, job.tolerance) if not f.endswith("not measured")] \
+            if trial.status == "ok" else []
+        if failed:
+            # built and timed, but the accuracy gate refuses it: say so, with the check that failed
+            status = f"accuracy-failed ({shorten(failed[0].split(': ', 1)[-1])}" + (
+                f"; +{len(failed) - 1} more)" if len(failed) > 1 else ")")
         took = f" in {seconds:.1f} s" if seconds is not None else ""
         self.console.print(f"  [{self.done}/{max(self.total, self.done)}] {job.name} "
-                           f"{describe(trial.route)}: {trial.status}{extra}{took}, "
+                           f"{describe(trial.route)}: {status}{extra}{took}, "
                            f"eta {clock_text(self.clock.remaining())}", markup=False, highlight=False)
         if self.verbose and trial.losses:
             self.console.print(f"      losses {loss_text(trial.losses)}; build {trial.build_s or 0:.3f} s")

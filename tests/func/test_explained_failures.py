@@ -1,0 +1,23 @@
+"""Failures that name their cause: the progress line says which check a trial fails, and "no eligible
+route" lists the failing checks (tests/unit/test_select.py has the rule itself)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _project import cli, edit_manifest, make_project
+
+
+def test_the_progress_line_names_the_check_a_trial_fails(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    manifest = make_project(tmp_path / "p", tiny_models, group="-graph_optimization_level=[basic|all]",
+                            tolerance={"checks": [{"metric": "cos", "threshold": 0.0}]})
+
+    def edit(data: dict) -> None:
+        data["models"]["cnn"]["shapes"] = {"bs1": data["models"]["cnn"]["shapes"]["bs1"]}
+        data["strategies"]["s"]["confirm"] = False
+
+    edit_manifest(manifest, edit)
+    code, out = cli("apply", "-m", str(manifest))
+    assert code == 4, out  # nothing passes a zero threshold
+    assert "accuracy-failed (cos " in out and ">= 0)" in out
+    assert "no eligible route: " in out and "failed the accuracy gate" in out
