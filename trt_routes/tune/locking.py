@@ -86,9 +86,14 @@ class LockWriter:
         timing = LockTiming(default_ms=sel.default_ms, chosen_ms=sel.chosen_ms, speedup=head.speedup,
                             chosen_ci_ms=[winner.ci_low, winner.ci_high], **head.lock_fields())
         if job.baseline:
+            base = sel.verdict(job.baseline)
+            base_ms = sel.baseline_ms if sel.baseline_ms is not None else (
+                base.median_ms if base is not None and base.status == "ok" else None)
             timing.baseline = job.baseline
-            timing.baseline_ms = sel.baseline_ms
-            timing.baseline_speedup = sel.baseline_speedup
+            timing.baseline_ms = base_ms
+            # confirmed ratio when confirmation compared them, else (it did not run, or failed) the medians'
+            timing.baseline_speedup = sel.baseline_speedup or (
+                base_ms / sel.chosen_ms if base_ms and sel.chosen_ms else None)
         return timing
 
     def commit(self, job: Job, entry: LockEntry, durable: bool) -> None:
