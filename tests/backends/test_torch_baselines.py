@@ -71,8 +71,19 @@ def backend() -> TorchInductorBackend:
     return registry.get("torch-inductor")  # type: ignore[return-value]
 
 
+#: The entry as a user writes it for timm: the factory in the manifest's folder, the model class from an
+#: installed library, imported once per process (so every load shares the library's code objects).
+ENTRY = textwrap.dedent('''\
+    from timmlike_lib import ConvNeXtTiny
+
+
+    def convnext(shapes):
+        return ConvNeXtTiny()
+    ''')
+
+
 def spec(root: Path, route: dict[str, str] | None = None, kind: str = "cpu", **settings: Any) -> BuildSpec:
-    (root / "timmlike.py").write_text(CONVNEXT, encoding="utf-8")
+    (root / "timmlike.py").write_text(ENTRY, encoding="utf-8")
     return BuildSpec(model_path=str(root), route=route or {}, profile={"image": {"min": SHAPE, "opt": SHAPE,
                                                                                   "max": SHAPE}},
                      settings=settings, target={"kind": kind}, entry="timmlike:convnext")
@@ -167,10 +178,18 @@ def test_every_build_turns_the_shared_autotune_caches_off(tmp_path: Path, backen
 # -- side by side in one process -----------------------------------------------------------------------------
 
 
-def test_several_compiled_models_of_one_class_time_side_by_side_without_recompiling(tmp_path: Path) -> None:
+def test_several_compiled_models_of_one_class_time_side_by_side_without_recompiling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """issue 14: the re-measurement worker loads every engine, then times them interleaved (A B A C ...).
-    Models of one class share their forward code object; compiling B used to reset Dynamo, so A's next
-    call recompiled: RecompileError (BACKEND_MATCH) and the confirmation crashed."""
+    Models of a library class (timm's) share their forward code object; compiling B used to reset Dynamo,
+    so A's next call recompiled: RecompileError (BACKEND_MATCH) and the confirmation crashed."""
+    lib = tmp_path / "site"
+    lib.mkdir()
+    (lib / "timmlike_lib.py").write_text(CONVNEXT, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(lib))
+    project = tmp_path / "project"
+    project.mkdir()
+    tmp_path = project
     builder = TorchInductorBackend()
     routes = [{}, {"-freezing": "1"}, {"-max_fusion_size": "8"}]
     paths = []
