@@ -22,6 +22,7 @@ from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, RouteError, TrtRoutesError, UsageError
 from trt_routes.manifest.load import LoadedManifest
 from trt_routes.manifest.schema import (
+    Baseline,
     DimRange,
     Measurement,
     ReferenceFiles,
@@ -29,7 +30,8 @@ from trt_routes.manifest.schema import (
     Tolerance,
     job_name,
 )
-from trt_routes.routes import Expression, parse_expression
+from trt_routes.routes import DEFAULT_ROUTE, Expression, parse_expression, parse_route
+from trt_routes.routes import canonical as canonical_route
 from trt_routes.signature import Environment, Signature, job_signature
 
 #: Why a job cannot run here. ``unavailable``: the backend is missing (apply exits 3);
@@ -69,6 +71,10 @@ class Job:
     block_kind: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     entry: str = ""  # module:factory for entry-point models (model_path is then the folder it imports from)
+    #: the route the job must beat (``baseline:``; the default route unless the manifest names one), and
+    #: how the manifest named it (``preset max-autotune``, ``route -k=v``, or ``default``)
+    baseline: str = DEFAULT_ROUTE
+    baseline_source: str = "default"
 
     @cached_property
     def shape_key(self) -> str:
@@ -204,6 +210,26 @@ class Resolver:
             raise self.loaded.error_in(("switch_groups", group), option, f"model '{mname}': {exc.message}",
                                        exc.hint) from exc
 
+    def baseline(self, backend: Backend, mname: str, baseline: Baseline | None, spec: BuildSpec,
+                 catalog: Catalog) -> tuple[str, str]:
+        """(canonical route, source) of the job's baseline; a ManifestError pointing at ``baseline:``."""
+        if baseline is None:
+            return DEFAULT_ROUTE, "default"
+        model = self.loaded.manifest.models[mname]
+        where: tuple[str, ...] = ("models", mname, "baseline") if model.baseline is not None else \
+            ("defaults", "baseline")
+        try:
+            if baseline.preset is not None:
+                assign = backend.preset(baseline.preset, spec)
+                source = f"preset {baseline.preset}"
+            else:
+                assign = parse_route(baseline.route or "", catalog, source="baseline route")
+                source = f"route {baseline.route}"
+            backend.check_job(spec, list(assign))
+            return canonical_route(assign, catalog), source
+        except (RouteError, SettingError) as exc:
+            raise self.loaded.error(where, f"model '{mname}': baseline: {exc.message}", exc.hint) from exc
+
     def expression(self, group: str, catalog: Catalog, model: str) -> Expression:
         key = (group, catalog.backend)
         if key not in self._expressions:
@@ -278,11 +304,16 @@ class Resolver:
                         blocked, kind = ref_missing, "invalid"
                     if isinstance(backend, Backend) and hardware is not None and catalog is not None:
                         signature = job_signature(hardware, backend.software(), catalog.digest)
+                    baseline, baseline_source = DEFAULT_ROUTE, "default"
                     if isinstance(backend, Backend):
-                        self.check_job(backend, mname, BuildSpec(
+                        check_spec = BuildSpec(
                             model_path=str(path), route={}, profile=profile, settings=dict(eff.settings),
                             target={"name": tname, **target.model_dump(), "device": hardware or {}},
-                            entry=model.entry or "", inputs=inputs), expression, eff.switch_group or "")
+                            entry=model.entry or "", inputs=inputs)
+                        self.check_job(backend, mname, check_spec, expression, eff.switch_group or "")
+                        if catalog is not None:
+                            baseline, baseline_source = self.baseline(backend, mname, eff.baseline, check_spec,
+                                                                      catalog)
                     jobs.append(Job(
                         name=job_name(mname, sname, tname), model=mname, shape=sname, target=tname,
                         backend=eff.backend, model_path=path, model_digest=digest or "",
@@ -296,6 +327,7 @@ class Resolver:
                         signature=signature, catalog=catalog,
                         reference_version=backend.reference_version() if isinstance(backend, Backend) else "",
                         blocked=blocked, block_kind=kind, entry=model.entry or "",
+                        baseline=baseline, baseline_source=baseline_source,
                     ))
         return jobs
 

@@ -107,6 +107,11 @@ class LockTiming(LockRecord):
     chosen_ci_ms: list[Number | None] | None = None
     speedup_ci: list[Number | None] | None = None
     speedup_basis: str | None = None
+    #: only for jobs with a ``baseline:``: the route to beat, its median and the winner's speedup over it
+    #: (the confirmed side-by-side ratio when confirmation ran)
+    baseline: str | None = None
+    baseline_ms: Number | None = None
+    baseline_speedup: Number | None = None
 
 
 class LockEngine(LockRecord):

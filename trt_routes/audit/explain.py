@@ -101,6 +101,9 @@ class Explanation:
             "default_ms": sel.default_ms if sel else None,
             "chosen_ms": sel.chosen_ms if sel else None,
             "speedup": headline(sel).to_json() if sel else None,
+            "baseline": {"route": self.job.baseline, "source": self.job.baseline_source,
+                         "median_ms": sel.baseline_ms if sel else None,
+                         "speedup": sel.baseline_speedup if sel else None},
             "margin": self.margin.to_json() if self.margin else None,
             "tolerance": {"name": self.job.tolerance_name, **self.job.tolerance.model_dump(mode="json")},
             "trials": [
@@ -154,6 +157,8 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
               entry: LockEntry | None) -> tuple[Margin | None, list[str]]:
     """The decision in words and the margin that backs it."""
     lines = [sel.summary]
+    if job.baseline != DEFAULT_ROUTE:
+        lines.append(_baseline_line(job, sel, trials))
     default = trials.get(DEFAULT_ROUTE)
     fair = default is not None and default.status == "ok" and default.median_ms is not None
     mg: Margin | None = None
@@ -177,6 +182,23 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
         lines.append(f"The lock holds {describe(entry.route or '')}, but the trials now select "
                      f"{describe(sel.winner)}: run `trt-routes plan` to see why and `trt-routes apply` to update.")
     return mg, lines
+
+
+def _baseline_line(job: Job, sel: Selection, trials: dict[str, TrialRecord]) -> str:
+    """The job's baseline (the route it must beat) and where the winner stands against it."""
+    base = trials.get(job.baseline)
+    head = f"Baseline ({job.baseline_source}): {describe(job.baseline)}"
+    if base is None:
+        return head + ": not measured yet."
+    if base.status != "ok" or base.median_ms is None:
+        return head + f": {base.status} ({base.error or 'no timing'}), so nothing could be compared with it."
+    speed = sel.baseline_speedup
+    how = ("confirmed side by side" if (sel.confirmation or {}).get("vs_baseline") and sel.winner != job.baseline
+           else "ratio of the search's medians")
+    if sel.winner == job.baseline:
+        return head + f", {_ms_ci(base)}: the baseline itself is the winner."
+    return head + f", {_ms_ci(base)}; the winner is " + (f"{speed:.2f}x as fast ({how})." if speed else
+                                                          "not comparable with it.")
 
 
 def _why_default_stayed(job: Job, sel: Selection, trials: dict[str, TrialRecord],

@@ -189,6 +189,20 @@ class Backend(ABC):
         names (``options``). Raise SettingError or RouteError (naming the knob); default: accept all."""
         return
 
+    def presets(self) -> tuple[str, ...]:
+        """Names of the baselines this backend can expand (``baseline: {preset: NAME}``); none by default:
+        there, the baseline is the default route or a route the manifest spells out."""
+        return ()
+
+    def preset(self, name: str, spec: BuildSpec) -> dict[str, str]:
+        """The route (``{option: value}``) preset ``name`` means for the job ``spec``. RouteError when the
+        backend has no such preset."""
+        from trt_routes.errors import RouteError
+
+        known = ", ".join(self.presets()) or "none"
+        raise RouteError(f"backend {self.name} has no preset '{name}' (presets: {known})",
+                         "give the baseline as 'route: -knob=value ...', or leave it out (the default route)")
+
     def model_digest(self, spec: BuildSpec) -> str:
         """Digest of an ``entry`` model for ``spec`` (code and weights); backends taking entries override it.
 

@@ -295,6 +295,23 @@ class Paths(Strict):
     out: PathText = "engines"
 
 
+class Baseline(Strict):
+    """The route a job must beat (``baseline:`` in ``defaults`` or a model): a route (``-knob=value ...``)
+    or a backend preset (torch-inductor: ``reduce-overhead``, ``max-autotune``,
+    ``max-autotune-no-cudagraphs``, expanded from the installed torch's ``list_mode_options``). It is
+    always measured, and confirmation compares winners against it instead of the default route.
+    Without one, the baseline is the default route."""
+
+    route: Annotated[str, BeforeValidator(_no_nul), StringConstraints(max_length=4096)] | None = None
+    preset: Annotated[str, Field(pattern=NAME, max_length=100)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Baseline:
+        if (self.route is None) == (self.preset is None):
+            raise ValueError("give exactly one of 'route' (-knob=value ...) and 'preset' (a backend preset name)")
+        return self
+
+
 class JobDefaults(Strict):
     """Settings a model may override."""
 
@@ -304,6 +321,7 @@ class JobDefaults(Strict):
     strategy: Name | None = None
     tolerance: Name | None = None
     settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    baseline: Baseline | None = None
 
 
 class ModelDefaults(Strict):
@@ -313,6 +331,7 @@ class ModelDefaults(Strict):
     strategy: Name | None = None
     tolerance: Name | None = None
     settings: dict[str, str | int | float | bool] | None = None
+    baseline: Baseline | None = None
 
 
 class Model(ModelDefaults):
@@ -390,6 +409,7 @@ class Manifest(Strict):
                                                       None),
             tolerance=m.tolerance or d.tolerance,
             settings={**d.settings, **(m.settings or {})},
+            baseline=m.baseline if m.baseline is not None else d.baseline,
         )
 
     def strategy_for(self, model: str) -> tuple[str, Strategy]:

@@ -93,11 +93,19 @@ def render_dry_run(plan: Plan, console: Console) -> None:
 
 def summary_table(result: ApplyResult) -> Table:
     table = Table(title="Summary", title_justify="left")
-    for col in ("job", "default ms", "chosen ms", "speedup", "chosen route", "built", "reused", "note"):
+    # jobs with a baseline (``baseline:``) also show it and the winner's speedup over it
+    named = any(o.lock_entry is not None and o.lock_entry.timing is not None and o.lock_entry.timing.baseline
+                for o in result.outcomes)
+    cols = ("job", "default ms", "chosen ms", "speedup", *(("baseline ms", "vs baseline") if named else ()),
+            "chosen route", "built", "reused", "note")
+    for col in cols:
         table.add_column(col, overflow="fold")
     for o in result.outcomes:
         entry = o.lock_entry or LockEntry()
         timing = entry.timing or LockTiming()
+        vs_base = timing.baseline_speedup
+        extra = ((ms(timing.baseline_ms) if timing.baseline else "-", f"{vs_base:.2f}x" if vs_base else "-")
+                 if named else ())
         speed = timing.speedup
         trials = entry.trials
         built = o.built if o.action != "up-to-date" else 0
@@ -106,12 +114,12 @@ def summary_table(result: ApplyResult) -> Table:
         note = o.error or ("up to date" if o.action == "up-to-date" else o.action)
         table.add_row(o.job.name, ms(timing.default_ms), ms(timing.chosen_ms),
                       (f"{speed:.2f}x" + (" raw" if timing.speedup_basis == "raw-medians" else "")) if speed
-                      else "-",
+                      else "-", *extra,
                       describe(entry.route or "") if "route" in entry else "-", str(built), str(reused),
                       f"[red]{escape(note)}[/]" if o.error else escape(note))
     for jp in result.plan.jobs:
         if jp.action in ("blocked", "skipped"):
-            table.add_row(jp.job.name, "-", "-", "-", "-", "0", "0",
+            table.add_row(jp.job.name, "-", "-", "-", *(("-", "-") if named else ()), "-", "0", "0",
                           f"[{ACTION_STYLE[jp.action]}]{jp.action}: {escape(jp.reasons[0])}[/]")
     return table
 

@@ -33,9 +33,13 @@ def strategy_key(job: Job) -> str:
 
 
 def selection_key(job: Job) -> str:
-    """What the selection rule depends on beyond trials and tolerance: the confirmation settings."""
+    """What the selection rule depends on beyond trials and tolerance: the confirmation settings and the
+    baseline a winner must beat (the default route adds nothing, so keys from before baselines hold)."""
     confirm = job.strategy.confirm
-    return canonical.digest(confirm.model_dump() if confirm is not None else None, 16)
+    rule = confirm.model_dump() if confirm is not None else None
+    if job.baseline != DEFAULT_ROUTE:
+        return canonical.digest({"confirm": rule, "baseline": job.baseline}, 16)
+    return canonical.digest(rule, 16)
 
 
 def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM) -> tuple[str, ...]:
@@ -62,12 +66,15 @@ class JobSearch(Search):
     """A strategy under a budget of new builds and minutes, carried over from earlier applies.
 
     New builds are the routes known now that were not known when this search object was made
-    (``initial``), plus ``spent_builds`` from earlier applies; the next batch is cut to what is left."""
+    (``initial``), plus ``spent_builds`` from earlier applies; the next batch is cut to what is left.
+    ``baseline`` (the job's, when it is not the default route) is always measured: it leads the first
+    batch whatever the strategy or budget, and it is always a candidate."""
 
     def __init__(self, inner: Search, warm: tuple[str, ...], initial: frozenset[str], max_builds: int | None,
                  max_minutes: float | None, spent_builds: int = 0, spent_seconds: float = 0.0,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, baseline: str = DEFAULT_ROUTE) -> None:
         self.inner = inner
+        self.baseline = baseline
         self.name = inner.name
         self.static = inner.static
         self.keeps_proposals = inner.keeps_proposals
@@ -95,15 +102,19 @@ class JobSearch(Search):
         return None
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
-        return self.inner.candidates(known)
+        inner = self.inner.candidates(known)
+        if self.baseline == DEFAULT_ROUTE:
+            return inner
+        return list(dict.fromkeys([self.baseline, *inner]))
 
     def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
         batch = self.inner.next_batch(known)
+        lead = [self.baseline] if self.baseline != DEFAULT_ROUTE and self.baseline not in known else []
         if not batch or self.exhausted(known):
-            return []
+            return lead
         if self.max_builds is not None:
-            batch = batch[: self.max_builds - self.builds(known)]
-        return batch
+            batch = batch[: max(0, self.max_builds - self.builds(known) - len(lead))]
+        return list(dict.fromkeys([*lead, *batch]))
 
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         return None if self.exhausted(known) else self.inner.pending(known)
@@ -130,7 +141,8 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain)
     return JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
                      int(row["builds"] or 0) if row else 0,
-                     float(row["seconds"] or 0.0) if row else 0.0, time.monotonic if running else None)
+                     float(row["seconds"] or 0.0) if row else 0.0, time.monotonic if running else None,
+                     baseline=job.baseline)
 
 
 def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping[str, Outcome]) -> None:

@@ -1,4 +1,5 @@
-"""Confirmation: a non-default winner must beat the default route side by side, beyond noise.
+"""Confirmation: a winner must beat the job's baseline side by side, beyond noise (the baseline is the
+default route unless the manifest names one: ``baseline:``, a route or a backend preset).
 
 After the search, the best few eligible routes are re-measured interleaved with a baseline (the default
 route, or the job's locked winner) in one worker: B C1 B C2 B C3 B C1 ... Each challenger slot is paired
@@ -50,6 +51,13 @@ class Remeasurement:
     def from_json(cls, data: Mapping[str, Any]) -> Remeasurement:
         return cls(data["baseline"], tuple(data["challengers"]),
                    tuple((str(r), float(t)) for r, t in data["slots"]), data.get("meta") or {})
+
+
+#: The rule of a job with a ``baseline:``: the baseline takes the default route's place.
+CONFIRM_RULE_BASELINE = ("; a winner other than the job's baseline must then beat the baseline re-measured "
+                         "side by side (interleaved rounds in one worker): its time ratio to the baseline below "
+                         "1 - margin and the upper end of the ratio's confidence interval below 1, else the "
+                         "baseline stays; a locked winner is replaced only by a route that beats it the same way")
 
 
 def schedule(baseline: str, challengers: Sequence[str], rounds: int) -> list[str]:
@@ -111,7 +119,7 @@ def median_interval(values: Sequence[float], confidence: float) -> tuple[float, 
     return median, float(x[k - 1]), float(x[n - k])
 
 
-def decide(m: Remeasurement, settings: Confirm, seed: int = 0) -> Decision:
+def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None = None) -> Decision:
     """Which challenger (if any) beats the baseline beyond the margin and the noise; of those, the one
     with the lowest median slot time wins.
 
@@ -120,7 +128,8 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0) -> Decision:
     passes when r < 1 - margin and the interval's upper end < 1."""
     k = max(1, len(m.challengers))
     confidence = 1.0 - (1.0 - settings.confidence) / k
-    label = "the default" if m.baseline == DEFAULT_ROUTE else f"the locked winner {describe(m.baseline)}"
+    if label is None:
+        label = "the default" if m.baseline == DEFAULT_ROUTE else f"the locked winner {describe(m.baseline)}"
     results = []
     for route in m.challengers:
         ratios = m.paired_ratios(route)
@@ -189,37 +198,43 @@ def challengers(sel: Selection, count: int, exclude: str = DEFAULT_ROUTE) -> tup
 
 
 def resolve(sel: Selection, settings: Confirm | None, locked: str | None, lookup: Lookup,
-            seed: int = 0) -> tuple[Selection, list[Request]]:
+            seed: int = 0, baseline: str = DEFAULT_ROUTE) -> tuple[Selection, list[Request]]:
     """The selection after confirmation, and the re-measurements still missing (then the returned
     selection keeps the raw winner; apply measures the requests and resolves again).
 
-    1. If the default route is eligible, the best ``settings.candidates`` other eligible routes are
-       re-measured against it; the best confirmed one wins, else the default.
+    1. If the baseline (the job's ``baseline``: the default route unless the manifest names one) is
+       eligible, the best ``settings.candidates`` other eligible routes are re-measured against it; the
+       best confirmed one wins, else the baseline.
     2. No churn: if ``locked`` (the lock's route) is eligible and differs from that pick, the pick is
        re-measured against it and replaces it only when confirmed; otherwise the locked route stays."""
+    base = sel.verdict(baseline)
+    if baseline != DEFAULT_ROUTE:  # a job without one keeps its selection exactly as before baselines
+        sel = dataclasses.replace(sel, baseline=baseline, baseline_ms=base.median_ms if base is not None and
+                                  base.status == "ok" else None)
     if settings is None or sel.winner is None:
         return sel, []
-    default = sel.verdict(DEFAULT_ROUTE)
-    if default is None or not default.eligible:
-        return _note(sel, "no confirmation: the default route is not eligible, so nothing to compare with"), []
-    chal = challengers(sel, settings.candidates)
+    if base is None or not base.eligible:
+        what = "the default route" if baseline == DEFAULT_ROUTE else f"the baseline {describe(baseline)}"
+        return _note(sel, f"no confirmation: {what} is not eligible, so nothing to compare with"), []
+    label = None if baseline == DEFAULT_ROUTE else f"the baseline {describe(baseline)}"
+    chal = challengers(sel, settings.candidates, exclude=baseline)
     first: Decision | None = None
-    pick = DEFAULT_ROUTE
+    pick = baseline
     if chal:
-        m = lookup(DEFAULT_ROUTE, chal)
+        m = lookup(baseline, chal)
         if m is None:
-            return sel, [Request(DEFAULT_ROUTE, chal)]
-        first = decide(m, settings, seed)
+            return sel, [Request(baseline, chal)]
+        first = decide(m, settings, seed, label)
         pick = first.winner
     second: Decision | None = None
     held = sel.verdict(locked) if locked is not None else None
-    if locked is not None and locked != pick and locked != DEFAULT_ROUTE and held is not None and held.eligible:
+    if locked is not None and locked != pick and locked != baseline and held is not None and held.eligible:
         m2 = lookup(locked, (pick,))
         if m2 is None:
             return sel, [Request(locked, (pick,))]
         second = decide(m2, settings, seed)
         pick = second.winner
-    return _final(sel, settings, first, second, pick), []
+    return _final(sel, settings, first, second, pick, baseline), []
 
 
 def _note(sel: Selection, text: str) -> Selection:
@@ -227,33 +242,35 @@ def _note(sel: Selection, text: str) -> Selection:
 
 
 def _final(sel: Selection, settings: Confirm, first: Decision | None, second: Decision | None,
-           pick: str) -> Selection:
+           pick: str, baseline: str = DEFAULT_ROUTE) -> Selection:
     by_route = {v.route: v for v in sel.verdicts}
     winner = by_route[pick]
-    default = by_route[DEFAULT_ROUTE]
+    default = by_route.get(DEFAULT_ROUTE)
+    named = baseline != DEFAULT_ROUTE
+    what = f"the baseline {describe(baseline)}" if named else "the default route"
     verdicts: list[Verdict] = []
     for v in sel.verdicts:
         reason = v.reason
         r1 = first.result(v.route) if first else None
         r2 = second.result(v.route) if second else None
         if v.route == pick:
-            if pick == DEFAULT_ROUTE:
-                reason = "winner: the default route stays: no other route beat it side by side beyond the " \
+            if pick == baseline:
+                reason = f"winner: {what} stays: no other route beat it side by side beyond the " \
                          f"margin ({settings.margin:.0%}) and the noise"
             elif second is not None and pick == second.baseline:
                 reason = f"winner: the locked winner stays ({(r1.reason if r1 else 'confirmed earlier')})"
             else:
                 reason = "winner: " + (r2.reason if r2 else r1.reason if r1 else v.reason)
-        elif v.route == sel.winner and v.route != DEFAULT_ROUTE:
+        elif v.route == sel.winner and v.route != baseline:
             reason = f"fastest in the search ({v.median_ms:.3g} ms) but " + \
                      ((r2 or r1).reason if (r2 or r1) else "not confirmed")  # type: ignore[union-attr]
         elif r2 is not None or r1 is not None:
             reason = f"{v.reason}; {(r2 or r1).reason}"  # type: ignore[union-attr]
         verdicts.append(dataclasses.replace(v, reason=reason))
-    if pick == DEFAULT_ROUTE:
+    if pick == baseline:
         ratios = [(r.ratio, r) for r in first.results if r.ratio is not None] if first else []
         best = min(ratios, key=lambda pair: pair[0])[1] if ratios else None
-        summary = "default route kept: " + (
+        summary = (f"baseline {describe(baseline)} kept: " if named else "default route kept: ") + (
             f"the best challenger, {describe(best.route)}, {best.reason.removeprefix('not confirmed: ')}"
             if best is not None else "no other eligible route")
     elif second is not None and pick == second.baseline:
@@ -265,10 +282,16 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
         summary = f"{describe(pick)} chosen: {chosen.reason if chosen else 'confirmed'}"
     data = {"margin": settings.margin, "confidence": settings.confidence, "rounds": settings.rounds,
             "iterations": settings.iterations, "slot_ms": settings.slot_ms,
-            "vs_default": first.to_json() if first else None,
+            "vs_default": first.to_json() if first and not named else None,
             "vs_locked": second.to_json() if second else None, "raw_winner": sel.winner}
+    if named:  # kept apart, so entries of jobs without a baseline read as before
+        data["baseline"] = baseline
+        data["vs_baseline"] = first.to_json() if first else None
+        vs = first.result(pick) if first else None
+        data["baseline_ratio"] = (vs.ratio if vs is not None else 1.0 if pick == baseline else None)
     return dataclasses.replace(
         sel, winner=pick, chosen_ms=winner.median_ms, verdicts=tuple(verdicts), summary=summary,
-        rule=RULE + CONFIRM_RULE, confirmation=data,
-        default_ms=default.median_ms)
-
+        rule=RULE + (CONFIRM_RULE_BASELINE if named else CONFIRM_RULE), confirmation=data,
+        default_ms=default.median_ms if default is not None else sel.default_ms,
+        baseline=baseline if named else sel.baseline,
+        baseline_ms=by_route[baseline].median_ms if named else sel.baseline_ms)

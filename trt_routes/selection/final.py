@@ -1,5 +1,6 @@
-"""A job's final selection: the pure selection over its trials, then confirmation against the default
-route (and against the locked winner: no churn) from re-measurements stored in the cache.
+"""A job's final selection: the pure selection over its trials, then confirmation against the job's
+baseline (the default route unless ``baseline:`` names another) and against the locked winner (no
+churn), from re-measurements stored in the cache.
 
 plan, apply and explain all go through ``final_selection``, so they agree; apply measures what it
 reports as missing (``trt_routes.tune.apply``) and asks again."""
@@ -46,7 +47,8 @@ def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: lis
     """(selection after confirmation, re-measurements still missing). ``raw``: the pure selection if
     the caller has it already."""
     sel = raw if raw is not None else select(trials, candidates, job.tolerance, lookup)
-    return resolve(sel, job.strategy.confirm, locked_route(entry, job), stored(cache, job), job.measurement.seed)
+    return resolve(sel, job.strategy.confirm, locked_route(entry, job), stored(cache, job), job.measurement.seed,
+                   baseline=job.baseline)
 
 
 def describe_requests(requests: list[Request]) -> str:
@@ -70,7 +72,10 @@ def confirmation_lines(sel: Selection, pending: list[Request]) -> list[str]:
     lines = [f"Confirmation rule: a route must take less than {1 - data['margin']:.2f}x the baseline's time "
              f"side by side, with the upper end of its interval below 1.0x ({data['rounds']} interleaved rounds; "
              f"each turn at least {data['iterations']} runs and {data.get('slot_ms', 0):g} ms)."]
-    for part, title in (("vs_default", "against the default route"), ("vs_locked", "against the locked winner")):
+    if data.get("baseline"):
+        lines.append(f"Baseline (the route to beat): {describe(data['baseline'])}.")
+    for part, title in (("vs_default", "against the default route"), ("vs_baseline", "against the baseline"),
+                        ("vs_locked", "against the locked winner")):
         block = data.get(part)
         if block:
             lines.append(f"Re-measured {title}:")

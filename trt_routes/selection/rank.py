@@ -43,6 +43,20 @@ class Selection:
     missing: tuple[str, ...] = field(default_factory=tuple)
     #: the side-by-side confirmation that decided (``trt_routes.selection.confirm``), JSON-ready; None without one
     confirmation: dict[str, Any] | None = None
+    #: the route the job must beat (``baseline:``; the default route unless named) and its median
+    baseline: str = DEFAULT_ROUTE
+    baseline_ms: float | None = None
+
+    @property
+    def baseline_speedup(self) -> float | None:
+        """The baseline's time over the winner's: the confirmed side-by-side ratio when confirmation
+        compared them, else the ratio of the search's medians."""
+        ratio = (self.confirmation or {}).get("baseline_ratio")
+        if isinstance(ratio, (int, float)) and ratio > 0:
+            return 1.0 / float(ratio)
+        if self.baseline_ms and self.chosen_ms:
+            return self.baseline_ms / self.chosen_ms
+        return None
 
     @property
     def speedup(self) -> float | None:

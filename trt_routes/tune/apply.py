@@ -234,9 +234,10 @@ class Applier(TrialRunner):
     def dispatch(self, job: Job, routes: list[str], ref: tuple[str, str], in_flight: dict[int, str],
                  budget: int | None, built: int) -> bool:
         """Submit ``routes`` in order; False when the budget stopped it (what runs may finish, nothing
-        more is proposed). Trials in flight count against the budget; the default route always runs."""
+        more is proposed). Trials in flight count against the budget; the default route and the job's
+        baseline always run."""
         for route in routes:
-            if budget is not None and built + len(in_flight) >= budget and route != DEFAULT_ROUTE:
+            if budget is not None and built + len(in_flight) >= budget and route not in (DEFAULT_ROUTE, job.baseline):
                 return False
             task = self.trial_task(job, route, ref)
             in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route

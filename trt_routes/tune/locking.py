@@ -51,7 +51,6 @@ class LockWriter:
                 previous.engine_sha256 == winner.engine_sha256 and outcome.built == 0 and "trials" in previous:
             counts = previous.trials  # type: ignore[assignment]  # a reselect that changes nothing
         assert job.signature is not None
-        head = headline(sel)
         model = LockModel(entry=job.entry, digest=job.model_digest) if job.entry else \
             LockModel(path=self.project.rel(job.model_path), digest=job.model_digest)
         return LockEntry(
@@ -71,14 +70,31 @@ class LockWriter:
             tolerance_key=job.tolerance_key,
             strategy=LockStrategy(name=job.strategy_name, mode=job.strategy.mode),
             candidates_key=candidates_key(cands),
-            timing=LockTiming(default_ms=sel.default_ms, chosen_ms=sel.chosen_ms, speedup=head.speedup,
-                              chosen_ci_ms=[winner.ci_low, winner.ci_high], **head.lock_fields()),
+            timing=self.timing(job, sel, winner),
             losses=winner.losses,
             engine=LockEngine(sha256=winner.engine_sha256, path=self.project.rel(dest),
                               size=dest.stat().st_size, identity=backend.engine_identity(dest)),
             trials=counts,
             selection=LockSelection(key=selection_key(job), confirmation=canonical.normalize(sel.confirmation)),
         )
+
+    @staticmethod
+    def timing(job: Job, sel: Selection, winner: TrialRecord) -> LockTiming:
+        """The entry's timing; the baseline's fields only for jobs with a ``baseline:`` (older entries and
+        jobs without one keep their bytes)."""
+        head = headline(sel)
+        timing = LockTiming(default_ms=sel.default_ms, chosen_ms=sel.chosen_ms, speedup=head.speedup,
+                            chosen_ci_ms=[winner.ci_low, winner.ci_high], **head.lock_fields())
+        if job.baseline:
+            base = sel.verdict(job.baseline)
+            base_ms = sel.baseline_ms if sel.baseline_ms is not None else (
+                base.median_ms if base is not None and base.status == "ok" else None)
+            timing.baseline = job.baseline
+            timing.baseline_ms = base_ms
+            # confirmed ratio when confirmation compared them, else (it did not run, or failed) the medians'
+            timing.baseline_speedup = sel.baseline_speedup or (
+                base_ms / sel.chosen_ms if base_ms and sel.chosen_ms else None)
+        return timing
 
     def commit(self, job: Job, entry: LockEntry, durable: bool) -> None:
         """Record the job's lock entry. The lockfile is rewritten (atomically) right away when the job

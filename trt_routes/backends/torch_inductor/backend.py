@@ -26,9 +26,13 @@ from trt_routes import canonical
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, SettingError, start_on_spare_cpus
 from trt_routes.backends.torch_inductor import models
 from trt_routes.backends.torch_inductor.catalog import (
+    PRESETS,
     build_catalog,
     catalog_digest,
     check_applicable,
+    expand_preset,
+    fixed_config,
+    preset_table,
     route_config,
 )
 from trt_routes.backends.torch_inductor.runner import TorchRunner, gpu_lock
@@ -103,6 +107,10 @@ class TorchInductorBackend(Backend):
         self._catalog: Catalog | None = None
         self._software: dict[str, str] | None = None
         self._jit: dict[str, tuple[Any, bool]] = {}  # recipe sha256 -> (compiled module, cudagraphs)
+        self._presets: dict[str, dict[str, str]] | None = None
+        #: jit runners handed out and still alive: while any is, a newly loaded recipe is compiled beside
+        #: them (no Dynamo reset), so a side-by-side re-measurement can call each one without recompiling
+        self._live: weakref.WeakSet[TorchRunner] = weakref.WeakSet()
 
     # -- coordinator side -------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
@@ -122,6 +130,21 @@ class TorchInductorBackend(Backend):
             self._catalog = build_catalog(config, str(torch.__version__))
         return self._catalog
 
+    def preset_table(self) -> dict[str, dict[str, str]]:
+        """torch.compile's named modes as knob values, from the installed torch's list_mode_options."""
+        if self._presets is None:
+            import torch._inductor
+
+            self._presets = preset_table(torch._inductor.list_mode_options, self.catalog())
+        return self._presets
+
+    def presets(self) -> tuple[str, ...]:
+        return tuple(p for p in PRESETS if p in self.preset_table())
+
+    def preset(self, name: str, spec: BuildSpec) -> dict[str, str]:
+        settings = check_settings(spec.settings, str(spec.target.get("kind", "cpu")))
+        return expand_preset(self.preset_table(), name, settings["mode"], settings["device"])
+
     def software(self) -> dict[str, str]:
         if self._software is None:
             torch = _torch()
@@ -137,7 +160,7 @@ class TorchInductorBackend(Backend):
                 "triton_version": triton_version,
                 "torch_cuda": str(torch.version.cuda or "none"),
                 "python": platform.python_version(),
-                "catalog_digest": catalog_digest(self.catalog()),
+                "catalog_digest": catalog_digest(self.catalog(), self.preset_table()),
                 "inductor_env": _env_fingerprint(),
             }
         return dict(self._software)
@@ -184,6 +207,14 @@ class TorchInductorBackend(Backend):
         module = models.prepare_module(loaded.module, device, settings["dtype"])
         return module, models.example_inputs(loaded, spec, settings["dtype"], device)
 
+    def _values(self, route: Mapping[str, str], settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The Inductor config a build applies: the fixed switches (no shared autotune caches), then
+        every knob at the route's value or its default."""
+        import torch._inductor.config as config
+
+        return {**fixed_config(config.get_config_copy()),
+                **route_config(self.catalog(), route, settings["mode"], settings["device"])}
+
     @staticmethod
     def _sync(device: str) -> None:
         if device.startswith("cuda"):
@@ -203,7 +234,7 @@ class TorchInductorBackend(Backend):
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         settings = self._settings(spec)
         device = self._device(spec, settings)
-        values = route_config(self.catalog(), spec.route, settings["mode"], settings["device"])
+        values = self._values(spec.route, settings)
         torch = _torch()
         lines = [f"torch {torch.__version__}, mode {settings['mode']}, dtype {settings['dtype']}, device {device}",
                  f"route: {' '.join(f'{k}={v}' for k, v in sorted(spec.route.items())) or '(default)'}"]
@@ -238,12 +269,26 @@ class TorchInductorBackend(Backend):
                 f"inductor config: {json.dumps(values, sort_keys=True)}"]
 
     def _compile_jit(self, module: Any, example: dict[str, Any], values: dict[str, Any], fullgraph: bool,
-                     device: str) -> tuple[Any, dict[str, Any]]:
-        """torch.compile ``module`` with ``values`` and run it until compiled (and CUDA graphs recorded)."""
+                     device: str, beside: bool = False) -> tuple[Any, dict[str, Any]]:
+        """torch.compile ``module`` with ``values`` and run it until compiled (and CUDA graphs recorded).
+
+        Normally Dynamo is reset first (fresh caches, no graphs of earlier routes). ``beside``: other
+        compiled models of this process are still in use (a side-by-side re-measurement), so nothing is
+        reset: Dynamo caches compiled code per Python code object, and models of one class (every timm
+        ConvNeXt block, say) share theirs; a reset would drop the others' entries and their next call
+        would recompile (``BACKEND_MATCH`` guard failure). Each compiled model keeps its own entry,
+        guarded by its own backend, so each call finds its own; the cache limits are raised to hold them."""
         import torch._dynamo
         from torch._dynamo.utils import counters
 
-        torch._dynamo.reset()  # fresh caches: no recompile limit, no graphs of earlier routes
+        if beside:
+            for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                         "accumulated_cache_size_limit"):
+                current = getattr(torch._dynamo.config, name, None)
+                if isinstance(current, int) and current < 256:
+                    setattr(torch._dynamo.config, name, 256)
+        else:
+            torch._dynamo.reset()
         counters.clear()
         before = self._generated_modules()
         compiled = torch.compile(module, backend="inductor", dynamic=False, fullgraph=fullgraph,
@@ -324,14 +369,18 @@ class TorchInductorBackend(Backend):
             if recipe.get("format") != RECIPE_FORMAT:
                 raise TrtRoutesError(f"{engine_path} is not a torch-inductor jit recipe")
             module, example = self._model(spec, settings, device)
+            beside = len(self._live) > 0
             compiled, _ = self._compile_jit(module, example, recipe["inductor_config"],
-                                            bool(settings["fullgraph"]), device)
-            self._jit = {key: (compiled, bool(recipe["inductor_config"].get("triton.cudagraphs")))}
+                                            bool(settings["fullgraph"]), device, beside=beside)
+            entry = (compiled, bool(recipe["inductor_config"].get("triton.cudagraphs")))
+            self._jit = {**self._jit, key: entry} if beside else {key: entry}
         compiled, cudagraphs = self._jit[key]
         import torch._dynamo
 
-        return TorchRunner(compiled, device, settings["dtype"], step_marker=cudagraphs,
-                           guard=lambda: torch._dynamo.config.patch(error_on_recompile=True))
+        runner = TorchRunner(compiled, device, settings["dtype"], step_marker=cudagraphs,
+                             guard=lambda: torch._dynamo.config.patch(error_on_recompile=True))
+        self._live.add(runner)
+        return runner
 
     @staticmethod
     def _load_package(path: Path, device: str) -> tuple[Any, str | None]:

@@ -15,7 +15,7 @@ from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
 
 #: Bumped whenever the meaning of a knob (its mapping onto Inductor, its applicability) changes.
-KNOBS_VERSION = "inductor-knobs/1"
+KNOBS_VERSION = "inductor-knobs/2"
 DEVICES = ("cpu", "cuda")
 MODES = ("jit", "aot")
 BOTH_DEVICES = frozenset(DEVICES)
@@ -45,6 +45,9 @@ class KnobSpec:
     why_device: str = ""  # why it does not act on the devices it lacks
     why_mode: str = ""  # why it does not act in the modes it lacks
     choices: tuple[str, ...] = ()  # closed values for str knobs (the installed default is always added)
+    #: how much longer a build gets with the knob on, as a factor of a default build (a hint: it orders
+    #: nothing by itself; see ``build_cost``): 1 none, 1.5 some extra passes, 3+ benchmarks during the build
+    cost: float = 1.0
 
     @property
     def option(self) -> str:
@@ -54,7 +57,7 @@ class KnobSpec:
 SPECS: tuple[KnobSpec, ...] = (
     # -- both devices, both modes ---------------------------------------------------------------
     KnobSpec("freezing", "Treat parameters as constants (inference only): constant-fold weight transforms, "
-             "fold Conv+BatchNorm, pre-pack weights (mkldnn on CPU). Often the largest CPU win."),
+             "fold Conv+BatchNorm, pre-pack weights (mkldnn on CPU). Often the largest CPU win.", cost=1.2),
     KnobSpec("layout_optimization", "Let Inductor switch convolution graphs to channels-last when its heuristic "
              "expects a gain (always on CPU with mkldnn)."),
     KnobSpec("epilogue_fusion", "Fuse pointwise ops that follow a GEMM/conv template into the template kernel "
@@ -62,11 +65,11 @@ SPECS: tuple[KnobSpec, ...] = (
     KnobSpec("aggressive_fusion", "Fuse nodes even when they share no memory access (fewer, larger kernels; "
              "can spill registers)."),
     KnobSpec("max_autotune", "Umbrella switch: autotune GEMM/conv templates and pointwise/reduction configs by "
-             "benchmarking during the build (long builds)."),
+             "benchmarking during the build (long builds).", cost=6.0),
     KnobSpec("max_autotune_gemm", "Benchmark GEMM/conv template kernels (Triton on CUDA, C++ on CPU) against "
-             "the library kernels and keep the fastest."),
+             "the library kernels and keep the fastest.", cost=5.0),
     KnobSpec("max_autotune_gemm_search_space", "How many GEMM template configs max-autotune tries.",
-             choices=("DEFAULT", "EXHAUSTIVE")),
+             choices=("DEFAULT", "EXHAUSTIVE"), cost=3.0),
     KnobSpec("max_fusion_size", "Upper bound on the number of nodes fused into one kernel."),
     KnobSpec("pattern_matcher", "Run Inductor's pattern-matcher rewrites (attention, mm+bias, quantization "
              "patterns...)."),
@@ -78,35 +81,35 @@ SPECS: tuple[KnobSpec, ...] = (
     KnobSpec("unroll_reductions_threshold", "Reductions of at most this many elements are unrolled."),
     # -- CUDA only -------------------------------------------------------------------------------
     KnobSpec("shape_padding", "Pad matmul dimensions to aligned sizes (pad_mm pass).", devices=CUDA,
-             why_device=WHY_PADDING),
+             why_device=WHY_PADDING, cost=1.2),
     KnobSpec("comprehensive_padding", "Pad strides of intermediate tensors for aligned GPU accesses.",
              devices=CUDA, why_device=WHY_PADDING),
     KnobSpec("max_autotune_pointwise", "Benchmark more Triton configs for pointwise and reduction kernels.",
-             devices=CUDA, why_device=WHY_TRITON),
+             devices=CUDA, why_device=WHY_TRITON, cost=3.0),
     KnobSpec("coordinate_descent_tuning", "Tune each Triton kernel's block sizes by coordinate descent at its "
-             "first run (can help or hurt; long builds).", devices=CUDA, why_device=WHY_TRITON),
+             "first run (can help or hurt; long builds).", devices=CUDA, why_device=WHY_TRITON, cost=4.0),
     KnobSpec("coordinate_descent_check_all_directions", "Coordinate descent also tries moving several block "
-             "sizes at once.", devices=CUDA, why_device=WHY_TRITON),
+             "sizes at once.", devices=CUDA, why_device=WHY_TRITON, cost=2.0),
     KnobSpec("coordinate_descent_search_radius", "How far coordinate descent steps (in powers of two).",
-             devices=CUDA, why_device=WHY_TRITON),
+             devices=CUDA, why_device=WHY_TRITON, cost=2.0),
     KnobSpec("benchmark_fusion", "Benchmark fused against unfused Triton kernels before fusing.", devices=CUDA,
-             why_device=WHY_TRITON),
+             why_device=WHY_TRITON, cost=3.0),
     KnobSpec("combo_kernels", "Horizontally fuse independent small Triton kernels into one launch.",
-             devices=CUDA, why_device=WHY_TRITON),
+             devices=CUDA, why_device=WHY_TRITON, cost=1.3),
     KnobSpec("triton.persistent_reductions", "Use persistent (single-block) Triton reductions when they fit.",
              devices=CUDA, why_device=WHY_TRITON),
     KnobSpec("triton.multi_kernel", "Generate several reduction variants and pick one at run time "
-             "(0 off, 1-3 more variants).", devices=CUDA, why_device=WHY_TRITON),
+             "(0 off, 1-3 more variants).", devices=CUDA, why_device=WHY_TRITON, cost=1.5),
     KnobSpec("triton.use_block_ptr", "Use Triton block pointers for loads and stores.", devices=CUDA,
              why_device=WHY_TRITON),
     KnobSpec("triton.prefer_nd_tiling", "Prefer N-dimensional tiling of pointwise kernels.", devices=CUDA,
              why_device=WHY_TRITON),
     KnobSpec("triton.autotune_pointwise", "Autotune block sizes of pointwise kernels at their first run.",
-             devices=CUDA, why_device=WHY_TRITON),
+             devices=CUDA, why_device=WHY_TRITON, cost=1.5),
     KnobSpec("triton.cooperative_reductions", "Use cooperative (multi-block) Triton reductions.", devices=CUDA,
              why_device=WHY_TRITON),
     KnobSpec("triton.enable_persistent_tma_matmul", "Let max-autotune try persistent TMA matmul templates "
-             "(Hopper and newer).", devices=CUDA, why_device=WHY_TRITON),
+             "(Hopper and newer).", devices=CUDA, why_device=WHY_TRITON, cost=2.0),
     # -- CUDA, jit only --------------------------------------------------------------------------
     KnobSpec("triton.cudagraphs", "Capture the compiled graph in CUDA graphs and replay it (removes launch "
              "overhead; the largest win for small batches).", devices=CUDA, modes=JIT,
@@ -162,6 +165,8 @@ def _knob(spec: KnobSpec, current: Any) -> Knob | None:
     if spec.modes != BOTH_MODES:
         where.append("modes: " + ", ".join(sorted(spec.modes)))
     help_text = spec.help + (f" [{'; '.join(where)}]" if where else "")
+    if spec.cost > 1.0:
+        help_text += f" [build cost: about {spec.cost:g}x a default build]"
     if isinstance(current, bool):
         return Knob(spec.option, ("0", "1"), _value_text(current), help_text)
     if isinstance(current, int):
@@ -179,15 +184,78 @@ def build_catalog(config: Any, version: str) -> Catalog:
     return Catalog(backend="torch-inductor", version=version, knobs=tuple(knobs), tuner_version=KNOBS_VERSION)
 
 
+def build_cost(route: Mapping[str, str], catalog: Catalog) -> float:
+    """The build-time factor of ``route`` relative to a default build: the product of its knobs'
+    ``cost`` where the knob is switched on (not 0, not its default), capped at 50. A hint for budgets."""
+    factor = 1.0
+    for option, value in route.items():
+        spec = SPEC_BY_OPTION.get(option)
+        knob = catalog.get(option)
+        if spec is None or knob is None or value == knob.default or value == "0":
+            continue
+        factor *= spec.cost
+    return min(factor, 50.0)
+
+
+#: torch.compile's named modes offered as baselines (``baseline: {preset: NAME}``), in torch's spelling.
+PRESETS = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: Inductor switches a named mode may set that are not tunable knobs but are applied as is.
+PRESET_EXTRA: frozenset[str] = frozenset()
+
+
+def preset_table(list_mode_options: Any, catalog: Catalog) -> dict[str, dict[str, str]]:
+    """Each preset as knob values of ``catalog`` (route text), read from the installed torch's
+    ``torch._inductor.list_mode_options(mode)``. A mode option that is no knob of the catalog is kept
+    under its own name with a ``?`` mark, so ``preset`` can refuse it rather than build something else."""
+    table: dict[str, dict[str, str]] = {}
+    for mode in PRESETS:
+        try:
+            options = dict(list_mode_options(mode) or {})
+        except Exception:  # a torch without this mode
+            continue
+        route: dict[str, str] = {}
+        for name, value in sorted(options.items()):
+            option = f"-{name}"
+            if option in catalog and isinstance(value, (bool, int, str)):
+                route[option] = _value_text(value)
+            else:
+                route[f"?{name}"] = _value_text(value)
+        table[mode] = route
+    return table
+
+
+def expand_preset(table: Mapping[str, Mapping[str, str]], name: str, mode: str, device: str) -> dict[str, str]:
+    """Preset ``name`` as a route for a job in ``mode`` on ``device``: knobs that do not act there are
+    left out, as torch.compile's mode leaves them without effect (CUDA graphs on a CPU, say)."""
+    if name not in table:
+        raise RouteError(f"torch-inductor has no preset '{name}' with this torch (presets: "
+                         f"{', '.join(table) or 'none'})", f"use one of {', '.join(PRESETS)}, or give 'route:'")
+    route: dict[str, str] = {}
+    for option, value in table[name].items():
+        if option.startswith("?"):
+            raise RouteError(f"preset '{name}' sets Inductor's {option[1:]}={value}, which trt-routes has no knob "
+                             "for, so the baseline cannot be built as torch.compile builds it",
+                             "give the baseline as 'route: -knob=value ...' instead")
+        spec = SPEC_BY_OPTION[option]
+        if device in spec.devices and mode in spec.modes:
+            route[option] = value
+    return route
+
+
 def applicability_table(catalog: Catalog) -> dict[str, dict[str, list[str]]]:
     """Where each catalog knob acts (enters the catalog digest in the signature)."""
     return {k.option: {"devices": sorted(SPEC_BY_OPTION[k.option].devices),
                        "modes": sorted(SPEC_BY_OPTION[k.option].modes)} for k in catalog.knobs}
 
 
-def catalog_digest(catalog: Catalog) -> str:
-    """The catalog's own digest extended with the applicability table."""
-    return canonical.digest({"catalog": catalog.digest, "applies": applicability_table(catalog)}, 16)
+def catalog_digest(catalog: Catalog, presets: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """The catalog's own digest extended with the applicability table, the fixed settings and the
+    presets' expansion (a torch whose named modes mean other switches is another catalog)."""
+    data: dict[str, Any] = {"catalog": catalog.digest, "applies": applicability_table(catalog),
+                            "fixed": FIXED}
+    if presets:
+        data["presets"] = {k: dict(v) for k, v in presets.items()}
+    return canonical.digest(data, 16)
 
 
 def check_applicable(options: Iterable[str], mode: str, device: str) -> None:
@@ -205,6 +273,20 @@ def check_applicable(options: Iterable[str], mode: str, device: str) -> None:
                 f"knob {option} does not apply in mode {mode}: {spec.why_mode}",
                 f"remove `{option}` from the switch group of mode-{mode} models, or set settings.mode to "
                 f"{' or '.join(sorted(spec.modes))}")
+
+
+#: Inductor switches applied to every build whatever the route, where the installed torch has them:
+#: autotuning results (GEMM/conv template choices, coordinate-descent and pointwise block sizes) are not
+#: read from or written to the on-disk autotune caches, so one route never inherits another route's
+#: benchmark choices. Compiled code may still be shared through the FX-graph and Triton caches: their
+#: keys hold every Inductor switch (all applied explicitly), so a hit is the same route's own output.
+FIXED: dict[str, Any] = {"autotune_local_cache": False, "autotune_remote_cache": False,
+                         "bundled_autotune_remote_cache": False}
+
+
+def fixed_config(config_values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``FIXED`` switches the installed config has."""
+    return {k: v for k, v in FIXED.items() if k in config_values}
 
 
 def route_config(catalog: Catalog, route: Mapping[str, str], mode: str, device: str) -> dict[str, Any]:
