@@ -30,4 +30,5 @@ def test_without_confirmation_the_raw_ratio_is_labelled_so() -> None:
 
 def test_the_default_kept_is_one_and_no_winner_is_none() -> None:
     assert headline(_sel("", {"vs_default": None})).speedup == 1.0
+    assert not headline(_sel("", {"vs_default": None})).confirmed  # nothing was re-measured against it
     assert headline(_sel(None)).speedup is None and headline(None).text() == "-"

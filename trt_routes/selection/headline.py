@@ -55,8 +55,8 @@ def headline(sel: Selection | None) -> Headline:
     if sel is None or sel.winner is None:
         return Headline(None, None, None, False)
     conf = sel.confirmation or {}
-    if sel.winner == DEFAULT_ROUTE:
-        return Headline(1.0, None, None, bool(conf))
+    if sel.winner == DEFAULT_ROUTE:  # confirmed when challengers were re-measured against it and lost
+        return Headline(1.0, None, None, bool(conf.get("vs_default")))
     result = _result_for(conf, sel.winner) if conf else None
     ratio = result.get("ratio") if result else None
     if isinstance(ratio, (int, float)) and ratio > 0:
