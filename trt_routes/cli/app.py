@@ -14,12 +14,13 @@ from typer.core import TyperGroup
 from trt_routes import __version__
 from trt_routes.cli import audit, cache, init, lock, trials, tune
 from trt_routes.cli.common import console
-from trt_routes.errors import Exit, TrtRoutesError
+from trt_routes.errors import Exit, TrtRoutesError, storage_error
 
 
 class _Commands(TyperGroup):
     """The root group. Every command runs inside its ``invoke``: a user error becomes one clear message and
-    the exit code its class names; Ctrl-C becomes 130. Anything else is a bug and keeps its traceback."""
+    the exit code its class names (a disk that is full or read-only is a StorageError); Ctrl-C becomes 130.
+    Anything else is a bug and keeps its traceback."""
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (newer typer vendors its own click)
         try:
@@ -28,9 +29,12 @@ class _Commands(TyperGroup):
             console(stderr=True).print("interrupted: every finished trial is kept; run the same command again "
                                        "to resume")
             raise typer.Exit(Exit.INTERRUPTED) from None
-        except TrtRoutesError as exc:
-            console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
-            raise typer.Exit(exc.exit_code) from None
+        except (TrtRoutesError, OSError) as exc:
+            clear = exc if isinstance(exc, TrtRoutesError) else storage_error(exc)
+            if clear is None:  # an OSError that is not the disk refusing a write: a bug, keep its traceback
+                raise
+            console(stderr=True).print(f"[bold red]error:[/] {escape(str(clear))}", markup=True, highlight=False)
+            raise typer.Exit(clear.exit_code) from None
 
 
 app = typer.Typer(
