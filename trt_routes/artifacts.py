@@ -145,13 +145,17 @@ def _host() -> str:
 
 
 def _pid_alive(pid: int) -> bool:
+    """``pid`` runs on this host (a zombie, killed and not reaped yet, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
-        return True  # someone else's process: alive
-    return True
+        pass  # someone else's process: alive
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def _age(path: Path) -> float:
