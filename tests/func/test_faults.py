@@ -269,7 +269,9 @@ def test_disk_full_is_a_clear_error_and_caches_no_build_error(tmp_path: Path, ti
         done = run_cli("apply", cwd=manifest.parent)
         text = out(done)
         print(f"FIGURES disk-full: exit={done.returncode} traceback={'Traceback' in text}")
-        assert done.returncode == 2, text
+        # 2 when the coordinator's own write fails (StorageError); 4 when a worker's did (the job failed with
+        # the StorageError as its reason; halting the run on it is the infrastructure-failure rule, issue 14)
+        assert done.returncode in (2, 4), text
         assert "Traceback" not in text
         assert "no space left" in text and "paths.cache" in text, text
         filler.unlink()  # space again: nothing half-written, no route blamed
@@ -315,9 +317,14 @@ def corrupt_page(cache: Path, which: float = 0.5) -> int:
         pages = db.execute("PRAGMA page_count").fetchone()[0]
     assert pages > 3
     page = max(2, int(pages * which))
-    with open(cache, "r+b") as f:
-        f.seek((page - 1) * size + 8)
-        f.write(random.Random(page).randbytes(size - 16))
+    with open(cache, "r+b") as f:  # the whole page, its header too (a b-tree or overflow page)
+        f.seek((page - 1) * size)
+        f.write(random.Random(page).randbytes(size))
+    with contextlib.closing(sqlite3.connect(cache)) as db:
+        try:
+            assert db.execute("PRAGMA quick_check").fetchone()[0] != "ok"
+        except sqlite3.DatabaseError:
+            pass  # damaged as meant
     return page
 
 
