@@ -319,9 +319,8 @@ def corrupt_page(cache: Path, which: float = 0.5) -> int:
     with open(cache, "r+b") as f:  # the whole page, its header too (a b-tree or overflow page)
         f.seek((page - 1) * size)
         f.write(random.Random(page).randbytes(size))
-    with contextlib.closing(sqlite3.connect(cache)) as db:
-        with contextlib.suppress(sqlite3.DatabaseError):  # raising is damaged as meant, too
-            assert db.execute("PRAGMA quick_check").fetchone()[0] != "ok"
+    with contextlib.closing(sqlite3.connect(cache)) as db, contextlib.suppress(sqlite3.DatabaseError):
+        assert db.execute("PRAGMA quick_check").fetchone()[0] != "ok"  # raising is damaged as meant, too
     return page
 
 
