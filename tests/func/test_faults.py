@@ -85,7 +85,8 @@ def children(pid: int) -> set[int]:
             except OSError:
                 continue
             parents[int(entry.name)] = int(fields[1])
-    found, frontier = set(), {pid}
+    found: set[int] = set()
+    frontier = {pid}
     while frontier:
         frontier = {p for p, pp in parents.items() if pp in frontier} - found
         found |= frontier
