@@ -38,13 +38,13 @@ STATUSES = ("ok", "crashed", "timeout", "build-error", "accuracy-failed")
 #: as SQLite reads them (every query) and by `cache verify`.
 QUICK_CHECK_MAX_BYTES = 64 << 20
 RECOVER_HINT = ("run `trt-routes cache recover`: it salvages every readable row into a new file and keeps "
-                "the damaged one beside it")
+                "the damaged one beside it (or move the file away: trt-routes re-measures what it needs)")
 _FULL = ("database or disk is full", "disk i/o error")
 _READ_ONLY = ("readonly database", "read-only", "unable to open database file")
 
 
-def database_error(exc: sqlite3.Error, path: Path) -> CacheError:
-    """The clear form of an SQLite error on the cache at ``path``."""
+def database_error(exc: sqlite3.Error, path: Path, *, opening: bool = False) -> CacheError:
+    """The clear form of an SQLite error on the cache at ``path`` (met while opening it, or later)."""
     text = str(exc).lower()
     if any(k in text for k in _FULL):
         return StorageError.from_os_error(OSError(errno.ENOSPC, str(exc)), path)
@@ -54,7 +54,8 @@ def database_error(exc: sqlite3.Error, path: Path) -> CacheError:
     if "locked" in text or "busy" in text:
         return CacheError(f"{path}: the trial cache is busy ({exc})",
                           "another trt-routes (or a sqlite3 shell) holds it: wait for it, then run again")
-    return CacheError(f"{path}: the trial cache is damaged ({exc})", RECOVER_HINT)
+    doing = "cannot open the trial cache: it is damaged" if opening else "the trial cache is damaged"
+    return CacheError(f"{path}: {doing} ({exc})", RECOVER_HINT)
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -166,7 +167,7 @@ class CacheStore:
         except sqlite3.DatabaseError as exc:
             if hasattr(self, "db"):
                 self.db.close()
-            raise database_error(exc, self.path) from exc
+            raise database_error(exc, self.path, opening=True) from exc
         self.warnings: list[str] = []
         self._signatures_written: set[str] = set()  # by add_trial, in this process
 
