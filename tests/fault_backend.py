@@ -7,6 +7,10 @@ and one, ``-sleep_ms``, that adds a fixed delay to every timed run (a landscape 
 executor) the first time any trial uses it, then builds normally: a worker dying mid-trial. It needs
 TRT_ROUTES_FAULT_MARKER (a file path that records the first attempt).
 
+With TRT_ROUTES_FAULT_GATES (a folder), every build first touches ``<folder>/<model stem>.started``;
+when ``<folder>/<model stem>.waitfor`` exists, the build then waits (up to a minute) until the file it
+names (in that folder) appears: tests order events across workers with files, not sleeps.
+
 It is registered through TRT_ROUTES_BACKENDS (so spawned workers see it too) and exercises the
 real subprocess isolation: the crashes are real signals in a real worker process."""
 
@@ -41,6 +45,27 @@ def kill_host_once() -> None:
     if os.environ.get("TRT_ROUTES_HOST") == "ray":
         os.kill(os.getppid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+GATE_WAIT_S = 60.0
+
+
+def gate(model_path: str) -> None:
+    """Announce this build and wait for the file this model's ``.waitfor`` names (TRT_ROUTES_FAULT_GATES)."""
+    folder = os.environ.get("TRT_ROUTES_FAULT_GATES")
+    if not folder:
+        return
+    stem = Path(model_path).stem
+    (Path(folder) / f"{stem}.started").touch()
+    rule = Path(folder) / f"{stem}.waitfor"
+    if not rule.exists():
+        return
+    wanted = Path(folder) / rule.read_text().strip()
+    deadline = time.monotonic() + GATE_WAIT_S
+    while not wanted.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gate: {wanted} did not appear within {GATE_WAIT_S:g} s")
+        time.sleep(0.01)
 
 
 class FaultyRunner:
@@ -92,6 +117,7 @@ class FaultBackend(OnnxRuntimeBackend):
 
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         inner, fault = self._split(spec)
+        gate(str(spec.model_path))
         if fault == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if fault == "abort":

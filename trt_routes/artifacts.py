@@ -6,25 +6,35 @@ never trusted: a blob is checked against its digest when it is written over an e
 is materialized and whenever ``has`` vouches for it (a corrupt blob is evicted and reads as missing, so
 callers rebuild or re-fetch it). Hashes are remembered per (size, mtime, ctime, inode), so a file that
 did not change is hashed once per process, and a materialized file's digest is kept beside it
-(``.trt-routes-digests.json``) so `plan` can check it without reading it again."""
+(``.trt-routes-digests.json``) so `plan` can check it without reading it again.
+
+Every write that the disk refuses (full, read-only, not ours) is a StorageError naming the file, with
+no temp file left behind; a move across file systems (EXDEV) falls back to copy, fsync and rename.
+Workers keep their scratch under the store itself (``root/.tmp``), so their builds are renamed into
+place on one file system; scratch a killed run left is swept by the next worker or `cache gc`."""
 
 from __future__ import annotations
 
-__all__ = ["DIGESTS", "BlobStore", "atomic_copy", "atomic_write_text", "file_digest"]
+__all__ = ["DIGESTS", "BlobStore", "atomic_copy", "atomic_write_text", "file_digest", "stale_leftovers",
+           "sweep_stale"]
 
+import errno
 import hashlib
 import io
 import json
 import os
+import shutil
+import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from trt_routes.canonical import file_sha256
-from trt_routes.errors import CacheError
+from trt_routes.errors import CacheError, StorageError, storage_error
 
 
 def _fsync_dir(path: Path) -> None:
@@ -53,49 +63,138 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
 
     ``durable`` also fsyncs (survives power loss, not only a killed process). Blobs skip it: they
-    are named by their digest, verified before use, and re-made when they fail verification."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, _FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    are named by their digest, verified before use, and re-made when they fail verification. A write the
+    disk refuses is a StorageError naming ``path`` (the old file, if any, is untouched)."""
+    with _storage(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, _FILE_MODE)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     if durable:
         _fsync_dir(path.parent)
+
+
+class _storage:
+    """Re-raise an OSError the disk gave (ENOSPC, EROFS, EACCES...) as a StorageError naming ``path``."""
+
+    def __init__(self, path: object) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+            clear = storage_error(exc, self.path)
+            if clear is not None:
+                raise clear from exc
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_copy(src: Path, dest: Path, *, expect: str | None = None) -> str:
+def atomic_copy(src: Path, dest: Path, *, expect: str | None = None, durable: bool = False) -> str:
     """Copy ``src`` to ``dest`` atomically, hashing the bytes as they are copied; returns their sha256.
-    With ``expect``, bytes that hash differently never reach ``dest`` (CacheError)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.fchmod(fd, _FILE_MODE)
-    h = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
-            while block := f.read(1 << 20):
-                h.update(block)
-                out.write(block)
-        got = h.hexdigest()
-        if expect is not None and got != expect:
-            raise CacheError(f"{src} is corrupt: its bytes hash to {got[:16]}..., not to its name {expect[:16]}...",
-                             "it was evicted; run `trt-routes apply` again (it rebuilds or re-fetches it)")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    With ``expect``, bytes that hash differently never reach ``dest`` (CacheError). ``durable`` fsyncs the
+    copy before the rename (a move across file systems must not leave a torn file once ``src`` is gone)."""
+    with _storage(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        h = hashlib.sha256()
+        try:
+            os.fchmod(fd, _FILE_MODE)
+            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+                while block := f.read(1 << 20):
+                    h.update(block)
+                    out.write(block)
+                if durable:
+                    out.flush()
+                    os.fsync(out.fileno())
+            got = h.hexdigest()
+            if expect is not None and got != expect:
+                raise CacheError(f"{src} is corrupt: its bytes hash to {got[:16]}..., not to its name "
+                                 f"{expect[:16]}...",
+                                 "it was evicted; run `trt-routes apply` again (it rebuilds or re-fetches it)")
+            os.replace(tmp, dest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return got
+
+
+# -- leftovers of killed runs ----------------------------------------------------------------------
+SCRATCH = ".tmp"
+_SCRATCH_PREFIX = "worker-"
+INCOMING_PREFIX = ".incoming-"
+#: A leftover older than this is stale whoever made it (the longest time limit a trial is given).
+STALE_AFTER_S = 3600.0
+
+
+def _host() -> str:
+    return socket.gethostname().replace("-", "_")[:40] or "host"
+
+
+def _pid_alive(pid: int) -> bool:
+    """``pid`` runs on this host (a zombie, killed and not reaped yet, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # someone else's process: alive
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def stale_leftovers(root: Path, *, max_age_s: float = STALE_AFTER_S, locked: bool = False) -> list[Path]:
+    """Scratch folders (``root/.tmp/worker-HOST-PID-*``) whose worker is dead (on this host; another host's
+    when older than ``max_age_s``), and ``root/.incoming-*`` staging folders older than ``max_age_s`` (any of
+    them when ``locked``: the caller holds the project lock, so no import or pull is using one)."""
+    found: list[Path] = []
+    scratch = root / SCRATCH
+    if scratch.is_dir():
+        for folder in scratch.iterdir():
+            parts = folder.name.split("-")
+            if folder.name.startswith(_SCRATCH_PREFIX) and len(parts) >= 4 and parts[2].isdigit():
+                pid = int(parts[2])
+                if parts[1] == _host():  # a live worker's folder stays, however old
+                    if pid != os.getpid() and not _pid_alive(pid):
+                        found.append(folder)
+                elif _age(folder) > max_age_s:  # another host's (a shared disk): by age only
+                    found.append(folder)
+            elif _age(folder) > max_age_s:
+                found.append(folder)
+    if root.is_dir():
+        found += [p for p in root.glob(f"{INCOMING_PREFIX}*") if p.is_dir() and (locked or _age(p) > max_age_s)]
+    return found
+
+
+def sweep_stale(root: Path, *, max_age_s: float = STALE_AFTER_S, locked: bool = False) -> int:
+    """Remove what ``stale_leftovers`` finds; the number of folders removed."""
+    gone = 0
+    for folder in stale_leftovers(root, max_age_s=max_age_s, locked=locked):
+        shutil.rmtree(folder, ignore_errors=True)
+        gone += not folder.exists()
+    return gone
 
 
 # -- digests remembered by stat ------------------------------------------------------------------
@@ -161,7 +260,7 @@ def record_sha256(path: Path, sha: str) -> None:
         data = {k: v for k, v in data.items() if (path.parent / k).is_file()}
         atomic_write_bytes(path.parent / DIGESTS, json.dumps(data, sort_keys=True, indent=1).encode(),
                            durable=False)
-    except OSError:
+    except (OSError, StorageError):
         pass  # only a speed-up: plan hashes the file instead
 
 
@@ -206,11 +305,35 @@ class BlobStore:
                 Path(src).unlink(missing_ok=True)
             return sha
         if move:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dest)
+            with _storage(dest):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.replace(src, dest)
+                    return sha
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+            atomic_copy(src, dest, expect=sha, durable=True)  # another file system: copy, fsync, rename
+            Path(src).unlink(missing_ok=True)
         else:
             atomic_copy(src, dest, expect=sha)
         return sha
+
+    # -- scratch: worker build folders on the store's own file system --------------------------------
+    @property
+    def scratch_root(self) -> Path:
+        """Where workers build (``root/.tmp``): renaming a finished engine into the store never crosses a
+        file system, whatever ``$TMPDIR`` is."""
+        return self.root / SCRATCH
+
+    def make_scratch(self) -> Path:
+        """A fresh scratch folder for this process, named by host and pid (so a later run can tell a dead
+        owner's leftovers); stale folders of dead workers are swept first."""
+        root = self.scratch_root
+        with _storage(root):
+            root.mkdir(parents=True, exist_ok=True)
+            sweep_stale(self.root)
+            return Path(tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{_host()}-{os.getpid()}-", dir=root))
 
     def put_bytes(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from enum import IntEnum
 from typing import ClassVar
 
@@ -84,6 +86,59 @@ class LockfileError(TrtRoutesError):
 
 class CacheError(TrtRoutesError):
     """The trial cache cannot be opened or is from a newer trt-routes."""
+
+
+#: errno values that mean "this storage cannot take the write": full, over quota, read-only, not ours.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+class StorageError(CacheError):
+    """The disk under the cache, the engines or the project is full, read-only or not writable by us:
+    a fact about this machine, never about a route. Nothing was half-written."""
+
+    def __init__(self, message: str, hint: str | None = None, *, errno_: int | None = None,
+                 path: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.errno = errno_
+        self.path = path
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, path: object = None) -> StorageError:
+        """The clear form of ``exc`` (an OSError whose errno is in STORAGE_ERRNOS), naming the file."""
+        where = str(path if path is not None else (exc.filename or "")) or "?"
+        code = exc.errno
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            what, hint = "no space left on the device", ("free space there, or point paths.cache and "
+                                                        "paths.engines in tuning.yaml at a larger disk")
+        elif code == errno.EROFS:
+            what, hint = "the file system is read-only", ("remount it read-write, or point paths.cache and "
+                                                          "paths.engines in tuning.yaml at a writable folder")
+        else:
+            what, hint = "permission denied", (f"give this user ({_user()}) write access to it, or point "
+                                               "paths.cache and paths.engines at a folder it owns")
+        return cls(f"cannot write {where}: {what} ({os.strerror(code) if code else exc})", hint,
+                   errno_=code, path=where)
+
+
+def _user() -> str:
+    try:
+        return os.getlogin()
+    except OSError:
+        return str(os.getuid()) if hasattr(os, "getuid") else "?"
+
+
+def storage_error(exc: BaseException, path: object = None) -> StorageError | None:
+    """``exc`` (or the OSError it was raised from) as a StorageError when it is one, else None."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, StorageError):
+            return seen
+        if isinstance(seen, OSError) and seen.errno in STORAGE_ERRNOS:
+            return StorageError.from_os_error(seen, path)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class BackendUnavailable(TrtRoutesError):

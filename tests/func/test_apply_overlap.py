@@ -101,8 +101,26 @@ def test_next_job_starts_beside_the_last_trials_and_tunes_the_same(
 
 @pytest.mark.slow
 def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
-        faulty: None, tmp_path: Path, tiny_models: dict[str, Path], events: list[tuple[str, str]]) -> None:
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path], events: list[tuple[str, str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ordered by files, not by timing (tests/fault_backend.py's gates): cnn's builds wait until tb's first
+    build has started, and tb's builds wait until cnn has failed, so tb is running when cnn fails."""
     import onnxruntime as ort
+
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "cnn.waitfor").write_text("tb.started")
+    (gates / "tb.waitfor").write_text("cnn.failed")
+    monkeypatch.setenv("TRT_ROUTES_FAULT_GATES", str(gates))
+    finish = Applier.finish
+
+    def spy_finish(self: Applier, tuning: Any) -> Any:
+        outcome = finish(self, tuning)
+        if tuning.job.name == "cnn/bs1/cpu" and outcome.error:
+            (gates / "cnn.failed").touch()  # tb's build, waiting in its worker, goes on
+        return outcome
+
+    monkeypatch.setattr(Applier, "finish", spy_finish)
 
     manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group=GROUP,
                             mode="full", both_models=True, measurement=QUICK)
@@ -132,6 +150,7 @@ def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
     lock = manifest.parent / "tuning.lock"
     assert not lock.exists() or not Lockfile.read(lock).jobs  # neither job was locked
     # the next apply resumes: only what the stopped job still lacks is built, then it is locked
+    monkeypatch.delenv("TRT_ROUTES_FAULT_GATES")
     edit_manifest(manifest, lambda d: d["models"].pop("cnn"))
     again = apply(open_project(manifest), ApplyOptions(workers=2))
     assert again.exit_code == 0

@@ -26,6 +26,8 @@ HEAVY = ("torch", "tensorrt", "ray", "cuda")
 def module_names() -> list[str]:
     names = []
     for path in sorted(PACKAGE.rglob("*.py")):
+        if (PACKAGE / "examples" / "recipes") in path.parents:
+            continue  # recipe files shipped as data (a copy of the repo's recipes/), not modules of the package
         parts = path.relative_to(REPO).with_suffix("").parts
         names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names

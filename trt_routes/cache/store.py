@@ -1,30 +1,93 @@
 """SQLite store of trials through sqlite-utils. Only the coordinating process opens it.
 
 Each trial is written in its own transaction as soon as it finishes, so a killed run keeps every
-finished trial. A corrupt row is reported and skipped (it reads as a miss), never fatal."""
+finished trial. A corrupt row is reported and skipped (it reads as a miss), never fatal.
+
+A damaged file (a corrupt page) is a CacheError naming it with the way out, `trt-routes cache recover`,
+wherever SQLite notices: opening (a quick check of every page for caches up to QUICK_CHECK_MAX_BYTES),
+any query of this class, and anything a caller does with ``db`` inside ``with CacheStore(...)``. A full
+or read-only disk is a StorageError naming the file; the transaction it interrupted is rolled back."""
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import socket
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
 from trt_routes import __version__
 from trt_routes.cache.schema import migrate
-from trt_routes.errors import CacheError
+from trt_routes.errors import CacheError, StorageError
 
 LIGHT_COLUMNS = ", ".join(
     ["id", "group_key", "job", "route", "signature", "model_digest", "shape_key", "settings_key",
      "protocol_key", "reference_key", "backend", "status", "median_ms", "ci_low", "ci_high", "losses",
      "error", "engine_sha256", "outputs_sha256", "created_at"])
 STATUSES = ("ok", "crashed", "timeout", "build-error", "accuracy-failed")
+
+
+#: Caches up to this size get PRAGMA quick_check when opened (a few ms per MB); larger ones are checked
+#: as SQLite reads them (every query) and by `cache verify`.
+QUICK_CHECK_MAX_BYTES = 64 << 20
+RECOVER_HINT = ("run `trt-routes cache recover`: it salvages every readable row into a new file and keeps "
+                "the damaged one beside it (or move the file away: trt-routes re-measures what it needs)")
+_FULL = ("database or disk is full", "disk i/o error")
+_READ_ONLY = ("readonly database", "read-only", "unable to open database file")
+
+
+def database_error(exc: sqlite3.Error, path: Path, *, opening: bool = False) -> CacheError:
+    """The clear form of an SQLite error on the cache at ``path`` (met while opening it, or later)."""
+    text = str(exc).lower()
+    if any(k in text for k in _FULL):
+        return StorageError.from_os_error(OSError(errno.ENOSPC, str(exc)), path)
+    if any(k in text for k in _READ_ONLY):
+        return StorageError.from_os_error(OSError(errno.EROFS if _read_only_fs(path) else errno.EACCES,
+                                                  str(exc)), path)
+    if "locked" in text or "busy" in text:
+        return CacheError(f"{path}: the trial cache is busy ({exc})",
+                          "another trt-routes (or a sqlite3 shell) holds it: wait for it, then run again")
+    doing = "cannot open the trial cache: it is damaged" if opening else "the trial cache is damaged"
+    return CacheError(f"{path}: {doing} ({exc})", RECOVER_HINT)
+
+
+def _read_only_fs(path: Path) -> bool:
+    import os
+
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """SQLite's errors in a CacheStore method become database_error's CacheError (a transaction it
+    interrupted is rolled back by ``with conn``)."""
+    @functools.wraps(method)
+    def call(self: CacheStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            if not _is_fault(exc):
+                raise
+            raise database_error(exc, self.path) from exc
+    return call  # type: ignore[return-value]
+
+
+def _is_fault(exc: BaseException) -> bool:
+    """An SQLite error that is the file's or the disk's fault (integrity and programming errors are bugs)."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+        exc, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError)
 
 
 def now() -> str:
@@ -89,7 +152,10 @@ class CacheStore:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise CacheError(f"no trial cache at {self.path}", "run `trt-routes apply` first")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError.from_os_error(exc, self.path.parent) from exc
         try:
             self.db = sqlite_utils.Database(self.path)
             self.db.execute("PRAGMA busy_timeout = 10000")
@@ -97,13 +163,24 @@ class CacheStore:
                 self.db.enable_wal()
             self.db.execute("PRAGMA synchronous = NORMAL")
             migrate(self.db, str(self.path))
+            self._quick_check()
         except sqlite3.DatabaseError as exc:
-            raise CacheError(
-                f"{self.path}: cannot open the trial cache: {exc}",
-                "move the file away (trt-routes re-measures what it needs) or restore it from a backup",
-            ) from exc
+            if hasattr(self, "db"):
+                self.db.close()
+            raise database_error(exc, self.path, opening=True) from exc
         self.warnings: list[str] = []
         self._signatures_written: set[str] = set()  # by add_trial, in this process
+
+    def _quick_check(self) -> None:
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return
+        if size > QUICK_CHECK_MAX_BYTES:
+            return
+        problems = [str(r[0]) for r in self.db.execute("PRAGMA quick_check(5)").fetchall()]
+        if problems != ["ok"]:
+            raise sqlite3.DatabaseError("; ".join(problems)[:300])
 
     def close(self) -> None:
         self.db.close()
@@ -111,10 +188,13 @@ class CacheStore:
     def __enter__(self) -> CacheStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         self.close()
+        if exc is not None and _is_fault(exc):  # a caller's own query on ``db`` met a damaged file
+            raise database_error(exc, self.path) from exc  # type: ignore[arg-type]
 
     # -- writes (coordinator only) -------------------------------------------------------------
+    @_guarded
     def add_trial(self, trial: TrialRecord, signature_fields: dict[str, str] | None = None) -> None:
         """Insert one trial in its own transaction (an existing id is replaced)."""
         row = trial.to_row()
@@ -129,6 +209,7 @@ class CacheStore:
         if signature_fields is not None:
             self._signatures_written.add(trial.signature)
 
+    @_guarded
     def add_trials(self, trials: Iterable[TrialRecord], signatures: dict[str, dict[str, str]]) -> int:
         """Insert many trials in one transaction; existing ids are kept (trials are immutable)."""
         rows = [t.to_row() for t in trials]
@@ -142,6 +223,7 @@ class CacheStore:
             self.db.table("trials").insert_all(rows, pk="id", ignore=True, batch_size=500)
             return self.db["trials"].count - before
 
+    @_guarded
     def add_reference(self, key: str, inputs_sha: str, outputs_sha: str) -> None:
         with self.db.conn:
             self.db.table("references").insert(
@@ -149,6 +231,7 @@ class CacheStore:
                  "created_at": now()}, pk="key", replace=True,
             )
 
+    @_guarded
     def add_decision(self, job: str, route: str | None, previous: str | None, reason: str,
                      engine_sha: str) -> None:
         with self.db.conn:
@@ -157,6 +240,7 @@ class CacheStore:
                  "engine_sha256": engine_sha}
             )
 
+    @_guarded
     def delete_trials(self, ids: Iterable[str]) -> None:
         with self.db.conn:
             for tid in ids:
@@ -172,6 +256,7 @@ class CacheStore:
                 self.warnings.append(f"corrupt trial row {row.get('id', '?')} skipped: {exc}")
         return out
 
+    @_guarded
     def group(self, group_key: str, *, light: bool = False) -> dict[str, TrialRecord]:
         """Trials of one job group (same signature and job parts), by route.
 
@@ -180,14 +265,17 @@ class CacheStore:
         rows = self.db.query(f"SELECT {cols} FROM trials WHERE group_key = ?", [group_key])
         return {t.route: t for t in self._records(rows)}
 
+    @_guarded
     def routes(self, group_key: str) -> set[str]:
         """Routes with a trial in one job group (no row decoding: the cheap check plan needs)."""
         return {r[0] for r in self.db.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}
 
+    @_guarded
     def trials_for_job(self, job: str) -> list[TrialRecord]:
         rows = self.db.query("SELECT * FROM trials WHERE job = ? ORDER BY created_at, id", [job])
         return self._records(rows)
 
+    @_guarded
     def latest_for_job(self, job: str) -> TrialRecord | None:
         """The job's newest trial of our own (rows imported from trtexec / Torch-TensorRT files left out)."""
         rows = list(self.db.query(
@@ -196,27 +284,34 @@ class CacheStore:
         recs = self._records(iter(rows))
         return recs[0] if recs else None
 
+    @_guarded
     def get(self, trial_id: str) -> TrialRecord | None:
         rows = list(self.db.query("SELECT * FROM trials WHERE id = ?", [trial_id]))
         recs = self._records(iter(rows))
         return recs[0] if recs else None
 
+    @_guarded
     def all_trials(self) -> list[TrialRecord]:
         return self._records(self.db.query("SELECT * FROM trials ORDER BY id"))
 
+    @_guarded
     def signature_fields(self, sig: str) -> dict[str, str] | None:
         rows = list(self.db.query("SELECT fields FROM signatures WHERE hash = ?", [sig]))
         return json.loads(rows[0]["fields"]) if rows else None
 
+    @_guarded
     def reference(self, key: str) -> tuple[str, str] | None:
         rows = list(self.db.query("SELECT * FROM [references] WHERE key = ?", [key]))
         return (rows[0]["inputs_sha256"], rows[0]["outputs_sha256"]) if rows else None
 
+    @_guarded
     def decisions(self, job: str) -> list[dict[str, Any]]:
         return list(self.db.query("SELECT * FROM decisions WHERE job = ? ORDER BY id", [job]))
 
+    @_guarded
     def count(self) -> int:
         return self.db["trials"].count
 
+    @_guarded
     def integrity_check(self) -> str:
         return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])

@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 from trt_routes import __version__
 from trt_routes.cli import audit, cache, init, lock, trials, tune
 from trt_routes.cli.common import console, json_mode
-from trt_routes.errors import Exit, TrtRoutesError
+from trt_routes.errors import Exit, TrtRoutesError, storage_error
 
 try:  # a click usage error (bad flag or value): newer typer vendors its own click
     from typer._click.exceptions import UsageError as _ClickUsageError
@@ -59,8 +59,9 @@ def _plain_metavars(command: Any) -> None:
 
 class _Commands(TyperGroup):
     """The root group. Every command runs inside its ``invoke``: a user error becomes one clear message and
-    the exit code its class names (under --json, a ``trt-routes/error@1`` document on stdout); Ctrl-C becomes
-    130. Anything else is a bug and keeps its traceback."""
+    the exit code its class names (a disk that is full or read-only is a StorageError; under --json, a
+    ``trt-routes/error@1`` document on stdout); Ctrl-C becomes 130. Anything else is a bug and keeps its
+    traceback."""
 
     def get_params(self, ctx: Any) -> Any:
         _plain_metavars(self)  # before any help is drawn: typer adds the completion options late
@@ -78,13 +79,16 @@ class _Commands(TyperGroup):
             console(stderr=True).print("interrupted: every finished trial is kept; run the same command again "
                                        "to resume")
             raise typer.Exit(Exit.INTERRUPTED) from None
-        except TrtRoutesError as exc:
+        except (TrtRoutesError, OSError) as exc:
+            clear = exc if isinstance(exc, TrtRoutesError) else storage_error(exc)
+            if clear is None:  # an OSError that is not the disk refusing a write: a bug, keep its traceback
+                raise
             if _json_wanted(args):
-                _json_error(exc, exc.exit_code)  # the document says it all: nothing else on either stream
+                _json_error(clear, clear.exit_code)  # the document says it all: nothing else on either stream
             else:
-                console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+                console(stderr=True).print(f"[bold red]error:[/] {escape(str(clear))}", markup=True,
                                            highlight=False)
-            raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(clear.exit_code) from None
         except _ClickUsageError as exc:
             if not _json_wanted(args):
                 raise

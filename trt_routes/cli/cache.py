@@ -165,3 +165,16 @@ def cache_verify(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt =
     else:
         render_verify(r, console())
     raise typer.Exit(Exit.OK if r.ok else Exit.WORK)
+
+
+@app.command("recover")
+def cache_recover(manifest: ManifestOpt = Path("tuning.yaml"), as_json: JsonOpt = False) -> None:
+    """Salvage every readable row of a damaged trial cache into a new file (same schema); the damaged file
+    is kept beside it as trials.sqlite.damaged-<time>. Then `trt-routes apply` re-measures what was lost."""
+    from trt_routes.share.maintenance import recover
+
+    r = recover(open_project(manifest))
+    if as_json:
+        write_json("cache-recover", r.to_json())
+    else:
+        typer.echo(r.text())

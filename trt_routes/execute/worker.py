@@ -2,16 +2,24 @@
 
 Imports backends lazily, so one worker serves many trials of one backend without re-importing.
 Anything that goes wrong inside a task becomes a TaskResult; only a crash of the process itself
-(a signal, a hard exit) is seen by the coordinator as a dead worker."""
+(a signal, a hard exit) is seen by the coordinator as a dead worker.
+
+A worker dies with its coordinator: the kernel sends it SIGKILL when the coordinator goes (Linux's
+parent-death signal), and a watchdog thread exits it when its parent pid changes (everywhere)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
+import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -25,6 +33,7 @@ from trt_routes import measure
 from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
+from trt_routes.errors import storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
@@ -76,11 +85,14 @@ def run_trial(task: TrialTask) -> TaskResult:
     result has been sent, so the coordinator's bookkeeping overlaps that cleanup."""
     store = BlobStore(Path(task.store_root))
     backend = registry.get(task.backend)
-    engine_tmp = _scratch(task.spec.work_dir) / f"engine{backend.engine_suffix_for(task.spec.settings)}"
+    engine_tmp = _scratch(task.spec.work_dir, store) / f"engine{backend.engine_suffix_for(task.spec.settings)}"
     t0 = time.perf_counter()
     try:
         log = backend.build(task.spec, engine_tmp)
     except Exception as exc:  # a build error is a fact about the route, not a crash
+        full = storage_error(exc, engine_tmp)
+        if full is not None:  # ...unless the disk refused our write: a fact about this machine
+            raise full from exc
         return TaskResult(status="build-error", error=_one_line(exc), log=traceback.format_exc(limit=3),
                           build_s=time.perf_counter() - t0)
     build_s = time.perf_counter() - t0
@@ -124,10 +136,39 @@ def _empty_scratch() -> None:
 _SCRATCH: dict[str, Path] = {}
 
 
-def _scratch(parent: str) -> Path:
-    if parent not in _SCRATCH:
-        _SCRATCH[parent] = Path(tempfile.mkdtemp(prefix="trt-routes-worker-", dir=parent or None))
-    return _SCRATCH[parent]
+def _scratch(parent: str, store: BlobStore) -> Path:
+    """The task's ``work_dir`` when it names one, else a folder under the blob store (``store.make_scratch``:
+    on its file system, so the engine is renamed into the store, never copied across devices)."""
+    key = parent or f"store:{store.root}"
+    if key not in _SCRATCH:
+        _SCRATCH[key] = (Path(tempfile.mkdtemp(prefix="trt-routes-worker-", dir=parent)) if parent
+                         else store.make_scratch())
+    return _SCRATCH[key]
+
+
+_PR_SET_PDEATHSIG = 1
+_WATCH_S = 0.5
+
+
+def die_with_parent() -> None:
+    """Exit when the coordinator does: PR_SET_PDEATHSIG (SIGKILL from the kernel, Linux) and a watchdog
+    thread that exits when the parent pid changes (the coordinator died and we were re-parented)."""
+    parent = multiprocessing.parent_process()
+    expected = parent.pid if parent is not None and parent.pid else os.getppid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # no prctl: the watchdog alone
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != expected:  # the coordinator died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == expected:
+            time.sleep(_WATCH_S)
+        for folder in list(_SCRATCH.values()):
+            shutil.rmtree(folder, ignore_errors=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="trt-routes-parent-watch", daemon=True).start()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -139,6 +180,7 @@ def serve(conn: Connection) -> None:
     """Worker main loop: runs the tasks that arrive on ``conn`` until it closes, ``None`` arrives, or a
     task fails (the coordinator replaces a worker after any failure, and a task queued behind the
     failure goes to the replacement)."""
+    die_with_parent()
     try:
         while True:
             try:

@@ -149,6 +149,8 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                      {"reports": _list(_OBJ)}, {}),
     "cache-push": ("`cache push URL`: what was pushed.",
                    {"url": _STR, "trials": _INT, "segment": _STR_OR_NULL, "engines": _INT, "skipped": _STRS}, {}),
+    "cache-recover": ("`cache recover`: the rows salvaged per table from a damaged cache, and where the damaged "
+                      "file was kept.", {"path": _STR, "damaged": _STR, "rows": _COUNTS, "lost": _COUNTS}, {}),
     "trials": ("`trials`: every trial in the cache as a flat record (losses as loss:OUTPUT:METRIC keys).",
                {"trials": _list(_obj({"job": _STR, "route": _STR, "status": _STR, "median_ms": _NUM_OR_NULL}))},
                {}),

@@ -5,17 +5,25 @@ when it belongs to the fastest ``ok`` trial of its group (the winner under any t
 engines of slower trials go (their routes rebuild them if a tolerance change ever needs one). Output and
 reference blobs stay while a trial or reference row names them. ``--older-than DAYS`` also drops the trials
 of signatures whose newest trial is older than DAYS, unless a job of the manifest resolves to that
-signature here or tuning.lock references it. Blobs named by nothing are dropped; so are stale temp files."""
+signature here or tuning.lock references it. Blobs named by nothing are dropped; so are stale temp files,
+worker scratch folders of dead workers and staging folders (``.incoming-*``) an interrupted import left.
+
+recover: a damaged cache file (a corrupt page) is read table by table, row by row, skipping what SQLite
+cannot read; every readable row goes into a new file of the same schema, which replaces the damaged one
+(kept beside it as ``trials.sqlite.damaged-<time>``)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trt_routes.artifacts import stale_leftovers
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError
 from trt_routes.share.merge import exclusive
@@ -113,6 +121,7 @@ class GcReport:
     blobs: int = 0
     bytes: int = 0
     temp_files: int = 0
+    leftover_folders: int = 0  # scratch of dead workers, staging of interrupted imports
     kept_by_lock: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -122,7 +131,8 @@ class GcReport:
         verb = "would drop" if self.dry_run else "dropped"
         sigs = f" under {len(self.signatures)} old signature(s)" if self.signatures else ""
         return (f"gc {verb} {self.trials} trial(s){sigs}, {self.blobs} blob(s) ({self.bytes / 1e6:.1f} MB)"
-                f" and {self.temp_files} stale temp file(s); {self.kept_by_lock} engine(s) kept for tuning.lock")
+                f", {self.temp_files} stale temp file(s) and {self.leftover_folders} leftover folder(s); "
+                f"{self.kept_by_lock} engine(s) kept for tuning.lock")
 
 
 def gc(project: Project, *, dry_run: bool = False, older_than_days: float | None = None) -> GcReport:
@@ -162,6 +172,8 @@ def gc(project: Project, *, dry_run: bool = False, older_than_days: float | None
         temps = [p for p in store.root.glob("**/.*") if p.is_file() and p.name.endswith(".tmp")
                  and time.time() - p.stat().st_mtime > _STALE_TMP_S] if store.root.is_dir() else []
         report.temp_files = len(temps)
+        leftovers = stale_leftovers(store.root, locked=True)  # we hold the project lock: no import runs
+        report.leftover_folders = len(leftovers)
         if dry_run:
             return report
         if drop_ids:
@@ -172,6 +184,8 @@ def gc(project: Project, *, dry_run: bool = False, older_than_days: float | None
             store.path(sha).unlink(missing_ok=True)
         for p in temps:
             p.unlink(missing_ok=True)
+        for folder in leftovers:
+            shutil.rmtree(folder, ignore_errors=True)
     return report
 
 
@@ -203,16 +217,20 @@ def verify(project: Project, *, evict: bool = True) -> VerifyReport:
     try:
         cache = project.open_cache(create=False)
     except CacheError as exc:
-        return VerifyReport(integrity=exc.message)
-    with cache:
-        report = VerifyReport(integrity=cache.integrity_check())
-        if report.integrity == "ok":
-            for t in cache.all_trials():
-                try:
-                    parse_trial(trial_json(t), f"trial {t.id}")
-                except BundleError as exc:
-                    report.unshareable_rows.append(exc.message)
-            report.bad_rows += cache.warnings
+        return VerifyReport(integrity=str(exc))
+    report = VerifyReport(integrity="ok")
+    try:
+        with cache:
+            report.integrity = cache.integrity_check()
+            if report.integrity == "ok":
+                for t in cache.all_trials():
+                    try:
+                        parse_trial(trial_json(t), f"trial {t.id}")
+                    except BundleError as exc:
+                        report.unshareable_rows.append(exc.message)
+                report.bad_rows += cache.warnings
+    except CacheError as exc:  # damage SQLite met while reading
+        report.integrity = str(exc)
     for sha in store.iter_shas():
         report.blobs_checked += 1
         path = store.path(sha)
@@ -225,4 +243,107 @@ def verify(project: Project, *, evict: bool = True) -> VerifyReport:
             if evict:
                 os.unlink(path)
     report.missing_lock_engines = sorted(s for s in lock_engines if not store.has(s))
+    return report
+
+
+# -- recover -------------------------------------------------------------------------------------------
+@dataclass
+class RecoverReport:
+    path: str
+    damaged: str  # where the damaged file was kept
+    rows: dict[str, int] = field(default_factory=dict)  # table -> rows salvaged
+    lost: dict[str, int] = field(default_factory=dict)  # table -> rows known unreadable (at least)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        got = ", ".join(f"{n} {t}" for t, n in sorted(self.rows.items()))
+        lost = sum(self.lost.values())
+        return (f"{self.path}: recovered {got or 'nothing'}"
+                + (f"; {lost} unreadable row(s) or page(s) skipped" if lost else "")
+                + f"; the damaged file is kept as {self.damaged}")
+
+
+def _salvage(src: sqlite3.Connection, table: str) -> tuple[list[tuple[Any, ...]], list[str], int]:
+    """Every row of ``table`` SQLite can read, in rowid order, stepping over damaged pages: a failed
+    scan resumes past the last row read, jumping ever further until a readable page is found."""
+    try:
+        cols = [r[1] for r in src.execute(f"PRAGMA table_info([{table}])")]
+    except sqlite3.DatabaseError:
+        return [], [], 1
+    if not cols:
+        return [], [], 0
+    select = f"SELECT rowid, {', '.join(f'[{c}]' for c in cols)} FROM [{table}] WHERE rowid > ? ORDER BY rowid"
+    try:
+        top = int(src.execute(f"SELECT max(rowid) FROM [{table}]").fetchone()[0] or 0)
+    except sqlite3.DatabaseError:
+        top = 1 << 40
+    rows: list[tuple[Any, ...]] = []
+    after, skipped, jump = -(1 << 62), 0, 1
+    while after < top:
+        try:
+            for row in src.execute(select, [after]):
+                rows.append(tuple(row[1:]))
+                after, jump = row[0], 1
+            return rows, cols, skipped
+        except sqlite3.DatabaseError:
+            skipped += 1
+            after = max(after, 0) + jump
+            jump *= 2
+    return rows, cols, skipped
+
+
+def recover(project: Project) -> RecoverReport:
+    """Salvage every readable row of the damaged cache into a new file with the same schema, keep the
+    damaged file as ``<name>.damaged-<time>`` and put the new one in its place (under the project lock)."""
+    from trt_routes.cache.store import CacheStore
+
+    path = project.cache_path
+    if not path.exists():
+        raise CacheError(f"no trial cache at {path}", "nothing to recover")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    damaged = path.with_name(f"{path.name}.damaged-{stamp}")
+    fresh = path.with_name(f".{path.name}.recovering-{stamp}")
+    report = RecoverReport(path=str(path), damaged=str(damaged))
+    with exclusive(project, "cache recover"):
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(fresh) + suffix).unlink(missing_ok=True)
+        try:
+            with CacheStore(fresh) as new:  # the current schema, empty
+                tables = [r[0] for r in new.db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+                src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                try:
+                    with new.db.conn:
+                        for table in tables:
+                            rows, cols, lost = _salvage(src, table)
+                            keep = [r[1] for r in new.db.execute(f"PRAGMA table_info([{table}])")]
+                            picked = [i for i, c in enumerate(cols) if c in keep]
+                            names = ", ".join(f"[{cols[i]}]" for i in picked)
+                            sql = (f"INSERT OR IGNORE INTO [{table}] ({names}) "
+                                   f"VALUES ({', '.join('?' * len(picked))})")
+                            before = new.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0]
+                            for row in rows:
+                                try:
+                                    new.db.execute(sql, [row[i] for i in picked])
+                                except sqlite3.DatabaseError:
+                                    lost += 1
+                            report.rows[table] = new.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0] \
+                                - before
+                            if lost:
+                                report.lost[table] = lost
+                finally:
+                    src.close()
+                new.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            for suffix in ("", "-wal", "-shm"):  # the damaged file and its journal, kept together
+                if Path(str(path) + suffix).exists():
+                    os.replace(str(path) + suffix, str(damaged) + suffix)
+            os.replace(fresh, path)
+            for suffix in ("-wal", "-shm"):
+                Path(str(fresh) + suffix).unlink(missing_ok=True)
+        except BaseException:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(fresh) + suffix).unlink(missing_ok=True)
+            raise
     return report
