@@ -30,6 +30,7 @@ from trt_routes.manifest.schema import (
     Tolerance,
     job_name,
 )
+from trt_routes.model_files import ModelFileError, ModelFiles, read_model_files
 from trt_routes.routes import DEFAULT_ROUTE, Expression, parse_expression, parse_route
 from trt_routes.routes import canonical as canonical_route
 from trt_routes.signature import Environment, Signature, job_signature
@@ -159,6 +160,7 @@ class Resolver:
         self._backends: dict[str, Backend | BackendUnavailable | UsageError] = {}
         self._expressions: dict[tuple[str, str], Expression] = {}
         self._entry_digests: dict[tuple[str, str, str], tuple[str | None, str]] = {}
+        self._model_files: dict[Path, ModelFiles] = {}
 
     def backend(self, name: str) -> Backend | TrtRoutesError:
         if name not in self._backends:
@@ -177,6 +179,16 @@ class Resolver:
                 return None
             self._digests[path] = canonical.file_sha256(path)
         return self._digests[path]
+
+    def model_files(self, mname: str, path: Path) -> ModelFiles:
+        """The model files of model ``mname`` (its file and external data); a ManifestError at its
+        ``path`` when the file is missing, a directory, empty or not ONNX."""
+        if path not in self._model_files:
+            try:
+                self._model_files[path] = read_model_files(path)
+            except ModelFileError as exc:
+                raise self.loaded.error(("models", mname, "path"), exc.message, exc.hint) from exc
+        return self._model_files[path]
 
     def entry_digest(self, backend: Backend, spec: BuildSpec) -> tuple[str | None, str]:
         """(digest, "") of an entry-point model at one shape profile, or (None, why it cannot be loaded)."""
@@ -258,7 +270,7 @@ class Resolver:
                     "give the model as 'path: <file>'" if source == "entry" else
                     "give the model as 'entry: package.module:factory'")
             path = self.loaded.path.parent if model.entry is not None else self.loaded.resolve(model.path or "")
-            digest = self.digest(path) if model.entry is None else None
+            digest = self.model_files(mname, path).digest if model.entry is None else None
             ref_shas: tuple[str, str] | None = None
             ref_missing = None
             if isinstance(model.reference, ReferenceFiles):

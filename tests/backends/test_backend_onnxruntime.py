@@ -432,3 +432,24 @@ def test_build_error_carries_ort_message(backend: OnnxRuntimeBackend, tmp_path: 
         backend.build(spec_for(broken, {}, {"x": {"min": [1], "opt": [1], "max": [1]}}, tmp_path), engine)
     assert "INVALID_PROTOBUF" in str(info.value) or "Protobuf parsing failed" in str(info.value)
     assert not engine.exists()
+
+
+@pytest.mark.parametrize("level", ["basic", "all"])
+def test_an_engine_built_from_external_data_is_self_contained(backend: OnnxRuntimeBackend, tmp_path: Path,
+                                                              level: str) -> None:
+    from _real_models import external_data_mlp
+
+    model = external_data_mlp(tmp_path / "src", location="weights/mlp.onnx.data")
+    data = tmp_path / "src" / "weights" / "mlp.onnx.data"
+    (tmp_path / "linked.data").hardlink_to(data)  # a DVC cache or a Ray node links its files
+    profile = {"x": {"min": [2, 16], "opt": [2, 16], "max": [2, 16]}}
+    spec = BuildSpec(model_path=str(model), route={"-graph_optimization_level": level}, profile=profile,
+                     settings={}, target={"kind": "cpu"})
+    engine = tmp_path / "store" / "ab" / "engine"  # where the blob store keeps it: no .data beside it
+    log = backend.build(spec, engine)
+    assert "external data embedded: " in log
+    assert not any(t.data_location == TensorProto.EXTERNAL
+                   for t in onnx.load(str(engine), load_external_data=False).graph.initializer)
+    x = {"x": np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)}
+    out = backend.load(engine, spec).run(x)["y"]
+    np.testing.assert_allclose(out, backend.reference(spec, x)["y"], rtol=1e-5, atol=1e-5)

@@ -20,6 +20,7 @@ import numpy as np
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, time_on_host
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
+from trt_routes.model_files import external_path, onnx_tensors
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -196,6 +197,32 @@ def _op_counts(path: Path) -> str:
     model = onnx.load(str(path), load_external_data=False)
     counts = Counter(f"{n.domain + ':' if n.domain else ''}{n.op_type}" for n in model.graph.node)
     return ", ".join(f"{op} x{count}" for op, count in sorted(counts.items()))
+
+
+def embed_external_data(engine_path: Path, model_dir: Path) -> int:
+    """Make the optimized model at ``engine_path`` self-contained; returns how many tensors it embedded.
+
+    ORT's optimized model keeps the source model's external-data references (``model.onnx.data``,
+    relative to the source's folder), so the engine would not load from the blob store or anywhere else.
+    Their bytes are read from ``model_dir`` and written into the engine (protobuf's 2 GiB limit applies)."""
+    import onnx
+
+    model = onnx.load(str(engine_path), load_external_data=False)
+    external = [t for t in onnx_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return 0
+    for tensor in external:  # read here: onnx's own loader refuses hard-linked files (DVC caches, Ray nodes)
+        info = {e.key: e.value for e in tensor.external_data}
+        with open(model_dir / external_path(info.get("location", "")), "rb") as f:
+            f.seek(int(info.get("offset") or 0))
+            tensor.raw_data = f.read(int(info["length"])) if info.get("length") else f.read()
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+    if model.ByteSize() >= 2**31:
+        raise RuntimeError(f"the optimized model of {model_dir} is 2 GiB or more with its weights: "
+                           "the onnxruntime backend stores engines as one self-contained file")
+    engine_path.write_bytes(model.SerializeToString())
+    return len(external)
 
 
 def _cast_feeds(feeds: Mapping[str, np.ndarray], types: Mapping[str, Any]) -> Feeds:
@@ -379,6 +406,7 @@ class OnnxRuntimeBackend(Backend):
                                + "\n".join(log))
         if not engine_path.is_file() or engine_path.stat().st_size == 0:
             raise RuntimeError(f"onnxruntime wrote no optimized model to {engine_path}\n" + "\n".join(log))
+        embedded = embed_external_data(engine_path, Path(spec.model_path).parent)
         build_knobs = {k: v for k, v in sorted(spec.route.items())
                        if (knob := self.catalog().get(k)) is not None and knob.phase == "build"}
         header = [
@@ -387,6 +415,7 @@ class OnnxRuntimeBackend(Backend):
             f"disabled_optimizers: {', '.join(disabled) or 'none'}",
             f"free dimension overrides: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}",
             f"optimized graph: {_op_counts(engine_path)}",
+            *([f"external data embedded: {embedded} tensor(s)"] if embedded else []),
         ]
         return "\n".join([*header, *log]) + "\n"
 

@@ -28,6 +28,7 @@ from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
 from trt_routes.execute.worker import run_reference, run_trial
+from trt_routes.model_files import ModelFileError, ModelFiles, external_path, read_model_files
 
 #: Blob fields of tasks: inputs read from the store (shipped) and results written to it (returned).
 RESULT_BLOBS = ("engine_sha256", "outputs_sha256", "inputs_sha256")
@@ -71,18 +72,39 @@ class Shipment:
     model_name: str  # the model's file name (kept: backends may look at its suffix)
     model_sha: str
     blob_shas: tuple[str, ...]  # shas of the blobs passed beside the shipment, model first
+    #: the model's external-data files: (location relative to the model's folder, sha256)
+    side_files: tuple[tuple[str, str], ...] = ()
 
 
 def ship(task: Any) -> tuple[Shipment, list[tuple[str, Path]]]:
-    """The shipment for ``task`` and the (sha, coordinator path) of each blob it needs, model first."""
+    """The shipment for ``task`` and the (sha, coordinator path) of each blob it needs, model files first."""
     store = BlobStore(Path(task.store_root))
     model = Path(task.spec.model_path)
     if not model.is_file():
         raise UsageError(f"the ray executor ships model files to its nodes; {model} is not a file "
                          "(an entry-point model?)", "run this job with the local executor (--executor local)")
-    model_sha = hashlib.sha256(model.read_bytes()).hexdigest()
-    blobs = [(model_sha, model), *((sha, store.path(sha)) for sha in input_shas(task, store) if sha != model_sha)]
-    return Shipment(task, model.name, model_sha, tuple(sha for sha, _ in blobs)), blobs
+    files = _model_files(model)
+    model_sha = files.sha256(model.name)
+    side = tuple((rel, files.sha256(rel)) for rel, _ in files.side)
+    blobs = [(model_sha, model), *((sha, path) for (_, sha), (_, path) in zip(side, files.side, strict=True))]
+    shipped = {sha for sha, _ in blobs}
+    blobs += [(sha, store.path(sha)) for sha in input_shas(task, store) if sha not in shipped]
+    return Shipment(task, model.name, model_sha, tuple(dict.fromkeys(sha for sha, _ in blobs)), side), blobs
+
+
+def _model_files(model: Path) -> ModelFiles:
+    """The model files of ``model``, remembered while the file is unchanged (read once, not per trial)."""
+    st = model.stat()
+    key = (str(model.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _MODEL_FILES:
+        try:
+            _MODEL_FILES[key] = read_model_files(model)
+        except ModelFileError as exc:
+            raise UsageError(exc.message, exc.hint) from exc
+    return _MODEL_FILES[key]
+
+
+_MODEL_FILES: dict[tuple[str, int, int], ModelFiles] = {}
 
 
 class StagingError(RuntimeError):
@@ -124,6 +146,10 @@ def stage(shipment: Shipment, blobs: list[bytes], root: Path) -> tuple[Any, Path
         model = scratch / "model" / shipment.model_name
         model.parent.mkdir()
         atomic_copy(store.path(shipment.model_sha), model, expect=shipment.model_sha)
+        for rel, sha in shipment.side_files:  # external data where the model names it (inside its folder)
+            side = model.parent / external_path(rel)
+            side.parent.mkdir(parents=True, exist_ok=True)
+            atomic_copy(store.path(sha), side, expect=sha)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

@@ -235,7 +235,8 @@ class TensorRTBackend(Backend):
                 network = builder.create_network(0)
                 parser = trt.OnnxParser(network, logger)
                 model = Path(spec.model_path)
-                if not parser.parse(model.read_bytes(), str(model)) or parser.num_errors:
+                # from the file, so that external data (model.onnx.data...) resolves next to it
+                if not parser.parse_from_file(str(model)) or parser.num_errors:
                     raise fail(f"ONNX parser rejected {model.name}: " + "; ".join(_parser_errors(parser)))
                 config = builder.create_builder_config()
                 lines += _add_profile(builder, network, config, spec.profile, fail)
