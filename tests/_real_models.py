@@ -135,3 +135,25 @@ def export(kind: str, folder: Path, *, dynamo: bool) -> Path:
         torch.onnx.export(model, args, str(path), input_names=[name], output_names=["logits"], dynamo=False,
                           dynamic_axes={name: axes, "logits": {0: "batch"}}, opset_version=17)
     return path
+
+
+def token_model(folder: Path, name: str = "tok.onnx") -> Path:
+    """A BERT-like input pair: int64 ``input_ids`` and ``attention_mask`` [batch, sequence] -> float32
+    ``hidden`` [batch, sequence, 8] (an embedding lookup, masked), weights in external data."""
+    rng = np.random.default_rng(0)
+    table = numpy_helper.from_array(rng.standard_normal((VOCAB, 8)).astype(np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["emb"]),
+             helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["maskf", "axis"], ["mask3"]),
+             helper.make_node("Mul", ["emb", "mask3"], ["hidden"])]
+    axis = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis")
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+            for n in ("input_ids", "attention_mask")]
+    graph = helper.make_graph(nodes, "tok", ints,
+                              [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "sequence", 8])],
+                              [table, axis])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / name), save_as_external_data=True, location=f"{name}.data", size_threshold=0)
+    return folder / name

@@ -21,6 +21,7 @@ from trt_routes.backends.base import Backend, BuildSpec, SettingError
 from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, RouteError, TrtRoutesError, UsageError
 from trt_routes.manifest.load import LoadedManifest
+from trt_routes.manifest.model_check import check_models
 from trt_routes.manifest.schema import (
     Baseline,
     DimRange,
@@ -257,6 +258,8 @@ class Resolver:
     def jobs(self) -> list[Job]:
         m = self.loaded.manifest
         jobs: list[Job] = []
+        check_models(self.loaded, {mname: self.model_files(mname, self.loaded.resolve(model.path))
+                                   for mname, model in m.models.items() if model.path is not None})
         for mname, model in m.models.items():
             eff = m.effective(mname)
             backend = self.backend(eff.backend)

@@ -110,14 +110,14 @@ def test_frozen_explains_each_changed_key(tuned: Path, tmp_path: Path) -> None:
     onnx.save(model, str(model_path))
 
     def edit(d: dict) -> None:  # type: ignore[type-arg]
-        d["models"]["cnn"]["shapes"]["bs4"] = {"input": [4, 3, 16, 16]}
+        d["models"]["cnn"]["shapes"]["bs4"] = {"input": [2, 3, 32, 32]}
         d["measurement"]["repeats"] = 3
         d["strategies"]["s"]["mode"] = "full"
 
     edit_manifest(manifest, edit)
     out = _mismatch(manifest)
     assert "cnn/bs1/cpu: changed: model digest changed (models/cnn.onnx:" in out
-    assert "shape profile changed: input.max [4, 3, 32, 32] -> [4, 3, 16, 16]" in out
+    assert "shape profile changed: input.max [4, 3, 32, 32] -> [2, 3, 32, 32]" in out
     assert "measurement protocol changed (warmup, iterations, repeats or seed)" in out
     assert "strategy changed: 's' (fast) -> 's' (full)" in out
 

@@ -1,0 +1,183 @@
+"""The manifest checked against its models (no builds): shape profiles and ``inputs:`` against each ONNX model's
+graph inputs (names, ranks, static and symbolic dims, dtypes), and the value checks that need no model (dims
+<= 0, empty or inverted ranges). Every problem points at ``tuning.yaml:LINE:COL``; all are reported at once."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from trt_routes.errors import ManifestError
+from trt_routes.manifest.load import LoadedManifest, ManifestProblems, render_snippet
+from trt_routes.manifest.schema import DimRange, Model, ReferenceFiles
+from trt_routes.model_files import ModelFiles
+
+INTEGER = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
+POINTS = ("min", "opt", "max")
+
+
+def check_models(loaded: LoadedManifest, files: Mapping[str, ModelFiles]) -> None:
+    """Raise one ManifestError (or a ManifestProblems) for every mistake; ``files``: model name -> its files
+    (models without an ONNX graph, and entry points, are checked for the model-independent mistakes only)."""
+    problems: list[ManifestError] = []
+    for mname, model in loaded.manifest.models.items():
+        problems += _Check(loaded, mname, model, files.get(mname)).run()
+    problems.sort(key=lambda p: (p.line or 0, p.column or 0))
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ManifestProblems(problems)
+
+
+class _Check:
+    def __init__(self, loaded: LoadedManifest, mname: str, model: Model, files: ModelFiles | None) -> None:
+        self.loaded, self.mname, self.model = loaded, mname, model
+        self.graph = {t.name: t for t in files.inputs} if files is not None and files.inputs is not None else None
+        self.file = files.path.name if files is not None else ""
+        self.problems: list[ManifestError] = []
+
+    def fail(self, where: tuple[str | int, ...], message: str, hint: str | None = None, *,
+             at_key: bool = False) -> None:
+        """A problem at ``models.<model>.<where>``'s value, or its key (``at_key``: for a key that is wrong)."""
+        path = ("models", self.mname, *where)
+        error = self.loaded.error(path, f"model '{self.mname}': {message}", hint)
+        key = self.loaded.key_positions.get(path) if at_key else None
+        if key is not None:
+            error = ManifestError(error.message, hint, path=error.path, line=key[0], column=key[1],
+                                  snippet=render_snippet(self.loaded.text, key[0], key[1], len(str(where[-1]))))
+        self.problems.append(error)
+
+    def run(self) -> list[ManifestError]:
+        for sname, shapes in self.model.shapes.items():
+            for name, spec in shapes.items():
+                self.dims(sname, name, spec)
+            self.profile(sname, shapes)
+        for name, given in self.model.inputs.items():
+            self.input_spec(name, given.dtype, given.low, given.high)
+        self.integers()
+        return self.problems
+
+    def _inputs_text(self) -> str:
+        assert self.graph is not None
+        return ", ".join(f"{t.name} {t.dtype}{_dims_text(t.dims)}" for t in self.graph.values()) or "none"
+
+    def _unknown(self, where: tuple[str | int, ...], name: str, what: str) -> None:
+        assert self.graph is not None
+        close = difflib.get_close_matches(name, list(self.graph), n=1)
+        self.fail(where, f"{what} '{name}', which is not an input of {self.file} (its inputs: "
+                  f"{self._inputs_text()})", f"did you mean '{close[0]}'?" if close else "use the model's input names",
+                  at_key=True)
+
+    def dims(self, sname: str, name: str, spec: list[int] | DimRange) -> None:
+        where = ("shapes", sname, name)
+        points = {p: list(getattr(spec, p)) for p in POINTS} if isinstance(spec, DimRange) else {"": list(spec)}
+        for point, dims in points.items():
+            bad = next((axis for axis, d in enumerate(dims) if d <= 0), None)
+            if bad is not None:
+                self.fail((*where, point, bad) if point else (*where, bad),
+                          f"shape of '{name}' in profile '{sname}' has a dimension <= 0: {dims}",
+                          "every dimension is a positive size")
+                return
+        if self.graph is None:
+            return
+        info = self.graph.get(name)
+        if info is None:
+            self._unknown(where, name, f"profile '{sname}' names")
+            return
+        if info.dims is None:
+            return
+        rank = len(next(iter(points.values())))
+        if rank != len(info.dims):
+            self.fail(where, f"input '{name}' has rank {len(info.dims)} in {self.file} "
+                      f"({_dims_text(info.dims)}), profile '{sname}' gives rank {rank}",
+                      f"give {len(info.dims)} dimensions", at_key=True)
+            return
+        for axis, want in enumerate(info.dims):
+            if not isinstance(want, int):
+                continue
+            for point, dims in points.items():
+                if dims[axis] != want:
+                    label = f"{point} " if point else ""
+                    self.fail((*where, point, axis) if point else (*where, axis),
+                              f"input '{name}' has the static dimension {want} at axis {axis} in {self.file} "
+                              f"({_dims_text(info.dims)}), profile '{sname}' gives {label}{dims[axis]}",
+                              f"the model only takes {want} there; only its symbolic dimensions can vary")
+                    return
+
+    def profile(self, sname: str, shapes: Mapping[str, list[int] | DimRange]) -> None:
+        if self.graph is None:
+            return
+        missing = [t for t in self.graph.values() if t.name not in shapes]
+        if missing:
+            self.fail(("shapes", sname), f"profile '{sname}' gives no shape for input(s) "
+                      + ", ".join(f"'{t.name}' {t.dtype}{_dims_text(t.dims)}" for t in missing),
+                      "every input of the model needs a shape in each profile", at_key=True)
+        # a symbolic dimension is one size for the whole graph: inputs sharing it must agree
+        seen: dict[tuple[str, str], tuple[str, int]] = {}
+        for name, spec in shapes.items():
+            info = self.graph.get(name)
+            if info is None or info.dims is None or len(info.dims) != len(_point(spec, "opt")):
+                continue
+            for axis, dim in enumerate(info.dims):
+                if not isinstance(dim, str):
+                    continue
+                for point in POINTS:
+                    size = _point(spec, point)[axis]
+                    first = seen.setdefault((dim, point), (name, size))
+                    if first[1] != size:
+                        self.fail(("shapes", sname, name), f"inputs '{first[0]}' and '{name}' share the dimension "
+                                  f"'{dim}' but profile '{sname}' gives it {first[1]} and {size}"
+                                  + (f" at {point}" if isinstance(spec, DimRange) else ""),
+                                  f"give '{dim}' one size in both", at_key=True)
+                        return
+
+    def input_spec(self, name: str, dtype: str, low: float, high: float) -> None:
+        where = ("inputs", name)
+        if self.graph is not None:
+            info = self.graph.get(name)
+            if info is None:
+                self._unknown(where, name, "'inputs:' names")
+                return
+            if info.dtype != dtype and info.dtype in (*INTEGER, "float32", "float16", "float64", "bool"):
+                self.fail((*where, "dtype"), f"input '{name}' is {info.dtype} in {self.file}, the manifest says "
+                          f"dtype: {dtype}", f"write dtype: {info.dtype}" if info.dtype in _DTYPES else None)
+        if dtype == "bool":
+            return
+        if low > high:
+            self.fail((*where, "low"), f"input '{name}': low {low:g} is above high {high:g}", "swap them")
+        elif dtype in INTEGER and int(high) <= int(low):
+            self.fail((*where, "high"), f"input '{name}': the integer range [{low:g}, {high:g}) is empty "
+                      "(high is exclusive)", f"for example low: {int(low)}, high: {int(low) + 2}")
+        elif low == high:
+            self.fail((*where, "high"), f"input '{name}': the range [{low:g}, {high:g}) is empty",
+                      "give high above low")
+
+    def integers(self) -> None:
+        """Integer (and bool) inputs need their values said: token ids beyond the vocabulary, or float noise cast
+        to ints, tune a model on inputs it never sees."""
+        if self.graph is None or isinstance(self.model.reference, ReferenceFiles):
+            return
+        for info in self.graph.values():
+            if info.name in self.model.inputs or (info.dtype not in INTEGER and info.dtype != "bool"):
+                continue
+            example = ("{dtype: bool}" if info.dtype == "bool" else
+                       f"{{dtype: {info.dtype}, low: 0, high: 1000}}")
+            self.fail(("inputs",) if self.model.inputs else (),
+                      f"input '{info.name}' is {info.dtype}: its values must be given, not generated as float noise",
+                      (f"add '{info.name}: {example}' under 'inputs:'" if self.model.inputs else
+                       f"add 'inputs: {{{info.name}: {example}}}'") + " with the valid range (high exclusive; e.g. "
+                      "the vocabulary size for token ids), or give reference files", at_key=True)
+
+
+_DTYPES = ("float32", "float16", "int64", "int32", "bool")
+
+
+def _point(spec: list[int] | DimRange, point: str) -> list[int]:
+    return list(getattr(spec, point)) if isinstance(spec, DimRange) else list(spec)
+
+
+def _dims_text(dims: tuple[int | str | None, ...] | None) -> str:
+    if dims is None:
+        return ""
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
