@@ -30,7 +30,8 @@ from trt_routes.backends.base import BuildSpec, Feeds, time_on_host
 from trt_routes.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeRunner
 from trt_routes.catalog import Catalog, Knob
 
-FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "nan-timing", "slow", "kill-host-once")
+FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "nan-timing", "slow", "kill-host-once",
+          "wrong-at-max")  # wrong-at-max: outputs off by 1 when fed the shape profile's max shapes
 
 
 def kill_host_once() -> None:
@@ -69,13 +70,17 @@ def gate(model_path: str) -> None:
 
 
 class FaultyRunner:
-    def __init__(self, inner: OnnxRuntimeRunner, fault: str, sleep_ms: int = 0) -> None:
+    def __init__(self, inner: OnnxRuntimeRunner, fault: str, sleep_ms: int = 0,
+                 max_shapes: dict[str, list[int]] | None = None) -> None:
         self.inner = inner
         self.fault = fault
         self.sleep_ms = sleep_ms
+        self.max_shapes = max_shapes or {}
 
     def run(self, feeds: Feeds) -> Feeds:
         out = self.inner.run(feeds)
+        if self.fault == "wrong-at-max" and all(list(np.shape(feeds[n])) == s for n, s in self.max_shapes.items()):
+            out = {name: arr + 1.0 for name, arr in out.items()}
         if self.fault in ("nan", "inf"):
             first = sorted(out)[0]
             arr = out[first].copy()
@@ -133,4 +138,5 @@ class FaultBackend(OnnxRuntimeBackend):
     def load(self, engine_path: Path, spec: BuildSpec) -> Any:
         sleep_ms = int(spec.route.get("-sleep_ms", "4"))
         inner, fault = self._split(spec)
-        return FaultyRunner(super().load(engine_path, inner), fault, sleep_ms)
+        return FaultyRunner(super().load(engine_path, inner), fault, sleep_ms,
+                            {name: dims["max"] for name, dims in spec.profile.items()})

@@ -90,12 +90,18 @@ class Job:
     def protocol_key(self) -> str:
         return measurement_protocol_key(self.measurement)
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether the shape profile lets any input vary (the accuracy gate then runs at min, opt and max)."""
+        return any(dims["min"] != dims["max"] for dims in self.profile.values())
+
     @cached_property
     def reference_key(self) -> str:
+        points = {"points": ["min", "opt", "max"]} if self.dynamic else {}  # static profiles: keys as before
         if self.reference_shas is not None:
-            return canonical.digest({"files": list(self.reference_shas)}, 16)
+            return canonical.digest({"files": list(self.reference_shas), **points}, 16)
         recipe: dict[str, Any] = {"auto": self.reference_version, "model": self.model_digest, "inputs": self.inputs,
-                                  "seed": self.measurement.seed}
+                                  "seed": self.measurement.seed, **points}
         if "dtype" in self.settings:  # a float16 model's reference carries its own overflow check
             recipe["dtype"] = self.settings["dtype"]
         return canonical.digest(recipe, 16)

@@ -60,3 +60,28 @@ def test_a_failing_default_route_still_selects_an_eligible_route(
     (outcome,) = result.outcomes
     # every route carries the pinned fault: nothing is eligible but the default route
     assert outcome.selection is not None and outcome.selection.winner == ""
+
+
+def test_a_route_wrong_only_at_the_profile_max_is_ineligible_and_says_where(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    from _project import edit_manifest
+
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-fault=[wrong-at-max]")
+    edit_manifest(manifest, lambda d: d["models"]["cnn"].update(shapes={"dyn": {"input": {
+        "min": [1, 3, 32, 32], "opt": [2, 3, 32, 32], "max": [4, 3, 32, 32]}}}))
+    result = apply(open_project(manifest))
+    (outcome,) = result.outcomes
+    sel = outcome.selection
+    assert sel is not None and sel.winner == ""
+    verdict = sel.verdict("-fault=wrong-at-max")
+    assert verdict is not None and not verdict.eligible
+    assert "lInf 1 >= 0.01 at the profile's max" in verdict.reason, verdict.reason
+    with open_project(manifest).open_cache() as cache:
+        trials = {t.route: t for t in cache.all_trials()}
+    bad, default = trials["-fault=wrong-at-max"], trials[""]
+    assert bad.status == "ok" and bad.meta["loss_points"]["logits"]["lInf"] == "max"
+    assert default.meta["profile_points"] == ["min", "opt", "max"]
+    from trt_routes.audit.explain import explain
+
+    text = str(explain(open_project(manifest), "cnn/dyn/cpu").to_json())
+    assert "at the profile's max" in text, text

@@ -120,10 +120,67 @@ def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine:
     if bad:
         result.status = "accuracy-failed"
         result.error = f"non-finite values in output(s) {', '.join(bad)}"
-    else:
-        result.samples, result.meta = timed_samples(runner, feeds, task.warmup, task.iterations,
-                                                    task.repeats, task.settle)
+        return result
+    points = profile_points(task.spec.profile)
+    if points:
+        failed = _check_points(task, backend, runner, feeds, points, result)
+        if failed:
+            result.status, result.error = "accuracy-failed", failed
+            return result
+    result.samples, meta = timed_samples(runner, feeds, task.warmup, task.iterations, task.repeats, task.settle)
+    result.meta.update(meta)
     return result
+
+
+def profile_points(profile: dict[str, dict[str, list[int]]]) -> list[str]:
+    """The points of a dynamic shape profile checked besides ``opt`` (timing uses ``opt`` only)."""
+    return [p for p in ("min", "max") if any(dims[p] != dims["opt"] for dims in profile.values())]
+
+
+def point_inputs(task: TrialTask, feeds: dict[str, np.ndarray], point: str) -> dict[str, np.ndarray]:
+    """Seeded inputs at a profile point: each input's manifest spec (dtype, range) where it matches the
+    reference inputs' dtype, else the dtype and value range of those inputs (reference files)."""
+    specs: dict[str, dict[str, object]] = {}
+    for name, dims in task.spec.profile.items():
+        given = dict(task.spec.inputs.get(name) or {})
+        opt = feeds.get(name)
+        if opt is not None and str(opt.dtype) != str(given.get("dtype", "float32")) and str(opt.dtype) in _DTYPES:
+            finite = opt[np.isfinite(opt)] if np.issubdtype(opt.dtype, np.floating) else opt
+            lo = float(finite.min()) if finite.size else 0.0
+            hi = float(finite.max()) if finite.size else 1.0
+            given = {"dtype": str(opt.dtype), "low": lo, "high": hi + 1 if np.issubdtype(opt.dtype, np.integer) else hi}
+        specs[name] = {**given, "shape": dims[point]}
+    return make_inputs(specs, task.seed + 1 + ("min", "max").index(point))
+
+
+def _check_points(task: TrialTask, backend: Backend, runner: object, feeds: dict[str, np.ndarray],
+                  points: list[str], result: TaskResult) -> str:
+    """Gate the engine at the profile's other points too: each loss becomes the worst over min, opt and max,
+    and ``meta["loss_points"]`` names the point of every loss that is not opt's. Returns why it failed."""
+    worst_at: dict[str, dict[str, str]] = {}
+    for point in points:
+        pfeeds = point_inputs(task, feeds, point)
+        shapes = ", ".join(f"{n} {list(a.shape)}" for n, a in sorted(pfeeds.items()))
+        reference = backend.reference(task.spec, pfeeds)
+        if measure.all_finite(reference):
+            return f"the reference has non-finite values at the profile's {point} ({shapes})"
+        try:
+            outputs = runner.run(pfeeds)  # type: ignore[attr-defined]
+        except Exception as exc:
+            return f"the engine failed to run at the profile's {point} ({shapes}): {_one_line(exc)}"
+        bad = measure.all_finite(outputs)
+        if bad:
+            return f"non-finite values in output(s) {', '.join(bad)} at the profile's {point} ({shapes})"
+        for output, per in measure.losses(outputs, reference, task.l0_params).items():
+            mine = result.losses.setdefault(output, {})
+            for key, value in per.items():
+                if key not in mine or value > mine[key]:
+                    mine[key] = value
+                    worst_at.setdefault(output, {})[key] = point
+    result.meta["profile_points"] = ["min", "opt", "max"]
+    if worst_at:
+        result.meta["loss_points"] = worst_at
+    return ""
 
 
 def _empty_scratch() -> None:

@@ -84,7 +84,9 @@ def gate(trial: TrialRecord, tolerance: Tolerance, lookup: LossLookup | None = N
             if value is None:
                 failures.append(f"{output}: {check.key} not measured")
             elif not math.isfinite(value) or value >= check.threshold:
-                failures.append(f"{output}: {check.key} {_fmt(value)} >= {_fmt(check.threshold)}")
+                point = ((trial.meta or {}).get("loss_points") or {}).get(output, {}).get(check.key)
+                failures.append(f"{output}: {check.key} {_fmt(value)} >= {_fmt(check.threshold)}"
+                                + (f" at the profile's {point}" if point else ""))
     for output in sorted(set(tolerance.outputs) - set(trial.losses)):
         failures.append(f"{output}: tolerance names an output the model does not have")
     return failures
