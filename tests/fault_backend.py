@@ -17,6 +17,7 @@ real subprocess isolation: the crashes are real signals in a real worker process
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import time
@@ -31,7 +32,8 @@ from trt_routes.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeRunne
 from trt_routes.catalog import Catalog, Knob
 
 FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "nan-timing", "slow", "kill-host-once",
-          "wrong-at-max")  # wrong-at-max: outputs off by 1 when fed the shape profile's max shapes
+          "wrong-at-max", "enospc")  # wrong-at-max: outputs off by 1 at the profile's max shapes;
+# enospc: the build fails with "No space left on device" (the machine's failure, not the route's)
 
 
 def kill_host_once() -> None:
@@ -133,6 +135,8 @@ class FaultBackend(OnnxRuntimeBackend):
             raise RuntimeError("injected build failure")
         if fault == "kill-host-once":
             kill_host_once()
+        if fault == "enospc":
+            raise OSError(errno.ENOSPC, "No space left on device", str(engine_path))
         return super().build(inner, engine_path)
 
     def load(self, engine_path: Path, spec: BuildSpec) -> Any:

@@ -10,7 +10,7 @@ from _project import make_project
 
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.project import open_project
-from trt_routes.tune.apply import ApplyOptions, apply
+from trt_routes.tune.apply import ApplyOptions, SilentReporter, apply
 
 TESTS = TESTS
 
@@ -85,3 +85,92 @@ def test_a_route_wrong_only_at_the_profile_max_is_ineligible_and_says_where(
 
     text = str(explain(open_project(manifest), "cnn/dyn/cpu").to_json())
     assert "at the profile's max" in text, text
+
+
+def test_an_infrastructure_failure_is_not_cached_as_the_routes_trial(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    from _project import routes_and_statuses
+
+    from trt_routes.tune.apply import compute_plan
+
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-fault=[enospc]")
+    messages: list[str] = []
+
+    class Collect(SilentReporter):
+        def message(self, text: str) -> None:
+            messages.append(text)
+
+    apply(open_project(manifest), ApplyOptions(only=["cnn/bs1/*"]), reporter=Collect())
+    assert routes_and_statuses(manifest)["cnn/bs1/cpu"] == {"": "ok"}  # the disk-full build left no trial
+    assert any("-fault=enospc: not cached: infrastructure: cannot write" in m
+               for m in messages), messages
+    project = open_project(manifest)
+    with project.open_cache() as cache:
+        (jp,) = compute_plan(project, cache, project.read_lock(), ["cnn/bs1/*"]).jobs
+    assert "-fault=enospc" in jp.to_build  # the next apply runs it again
+
+
+def test_our_own_file_failures_are_infrastructure(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    from trt_routes.backends.base import BuildSpec
+    from trt_routes.execute.tasks import TrialTask
+    from trt_routes.execute.worker import _run
+
+    (tmp_path / "not-a-folder").write_text("")
+    shape = [1, 3, 32, 32]
+    spec = BuildSpec(model_path=str(tiny_models["resnet_like"]), route={}, profile={"input": {
+        "min": shape, "opt": shape, "max": shape}}, settings={}, target={"kind": "cpu"}, work_dir=str(tmp_path))
+    task = TrialTask(backend="onnxruntime", spec=spec, store_root=str(tmp_path / "not-a-folder" / "store"),
+                     inputs_sha="0" * 64, reference_sha="1" * 64, l0_params=((1e-5, 1e-5),), warmup=1,
+                     iterations=1, repeats=1)
+    result = _run(task)  # the engine cannot be stored: the blob store lies under a file
+    assert result.status == "crashed" and result.infrastructure, result
+    assert result.error.startswith("infrastructure: storing the engine: NotADirectoryError"), result.error
+
+
+def test_a_worker_that_cannot_start_is_an_infrastructure_failure() -> None:
+    import os
+
+    from trt_routes.execute.tasks import WarmupTask
+
+    if not hasattr(os, "sched_setaffinity"):
+        import pytest
+
+        pytest.skip("no CPU affinity on this platform")
+    with LocalExecutor(cpus=frozenset({100_000})) as executor:  # no such core: the spawn fails
+        result = executor.run(WarmupTask(backend="onnxruntime", spec=None), 10)  # type: ignore[arg-type]
+    assert result.status == "crashed" and result.infrastructure
+    assert "could not start a worker process" in result.error
+
+
+def test_retry_failed_runs_cached_crashed_trials_again(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-fault=[segv]")
+    first = apply(open_project(manifest), ApplyOptions(only=["cnn/bs1/*"]))
+    assert first.outcomes[0].built == 2
+    again = apply(open_project(manifest), ApplyOptions(only=["cnn/bs1/*"]))
+    assert sum(o.built for o in again.outcomes) == 0  # the crash is cached: nothing runs
+    retried = apply(open_project(manifest), ApplyOptions(only=["cnn/bs1/*"], retry_failed=True))
+    (outcome,) = retried.outcomes
+    assert outcome.built == 1 and outcome.failed == 1  # only the crashed route ran again
+    other = apply(open_project(manifest), ApplyOptions(only=["cnn/bs4/*"], retry_failed=True))
+    assert other.outcomes[0].built == 2  # bs4 was never tuned: its two routes, nothing of bs1's
+
+
+def test_plan_advice_follows_the_cause(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    from _trials import record
+
+    from trt_routes.plan.advice import no_eligible_advice
+
+    job = open_project(make_project(tmp_path / "p", tiny_models)).jobs[0]
+    routes = ("", "-intra_op_num_threads=2")
+    crashed = {r: record(job, r, "crashed", error="worker died with SIGSEGV\nmore") for r in routes}
+    text = no_eligible_advice(job.name, "t", crashed, routes)
+    assert "2 crashed" in text and "first error: worker died with SIGSEGV" in text
+    assert f"trt-routes apply --retry-failed --only {job.name}" in text and "loosen" not in text
+    broken = {r: record(job, r, "build-error", error="bad knob") for r in routes}
+    assert "every route failed to build" in no_eligible_advice(job.name, "t", broken, routes)
+    gated = {r: record(job, r, "ok", 1.0, losses={"logits": {"cos": 0.5}}) for r in routes}
+    assert no_eligible_advice(job.name, "t", gated, routes).endswith("loosen tolerance 't' or change the switch group")
+    mixed = {"": crashed[""], routes[1]: gated[routes[1]]}
+    text = no_eligible_advice(job.name, "t", mixed, routes)
+    assert "1 crashed, 1 ok" in text and "loosen tolerance 't'" in text and "--retry-failed" in text

@@ -78,8 +78,12 @@ class Worker:
         env = {**{k: v for k, v in WORKER_ENV_DEFAULTS.items() if k not in os.environ}, **(env or {})}
         self.conn, child = ctx.Pipe()
         self.proc: BaseProcess = ctx.Process(target=serve, args=(child,), daemon=True)
-        with _spawn_context(env, cpus):
-            self.proc.start()
+        self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
+        try:
+            with _spawn_context(env, cpus):
+                self.proc.start()
+        except OSError as exc:
+            self.start_error = f"{type(exc).__name__}: {exc}"
         child.close()
 
     def send_bytes(self, data: bytes | memoryview) -> bool:
@@ -93,6 +97,9 @@ class Worker:
 
     def receive(self, timeout: float) -> tuple[TaskResult, bool]:
         """The result of the oldest task in the pipe, within ``timeout``; (result, worker_still_healthy)."""
+        if self.start_error:
+            return TaskResult(status="crashed", error=f"infrastructure: could not start a worker process: "
+                              f"{self.start_error}", infrastructure=True), False
         if not self.conn.poll(timeout):
             self.kill()
             return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
@@ -105,12 +112,18 @@ class Worker:
         return result, healthy(result)
 
     def kill(self) -> None:
+        if self.start_error:
+            self.conn.close()
+            return
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
         self.conn.close()
 
     def close(self) -> None:
+        if self.start_error:
+            self.conn.close()
+            return
         with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send(None)
         self.proc.join(2)

@@ -64,6 +64,9 @@ class TaskResult:
     outputs_sha256: str = ""
     inputs_sha256: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    #: the failure is the machine's, not the route's (a full disk, a file it cannot write, a worker that would
+    #: not start): the coordinator does not cache it as the route's trial, so the next apply runs it again
+    infrastructure: bool = False
 
 
 def healthy(result: TaskResult) -> bool:

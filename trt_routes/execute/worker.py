@@ -33,7 +33,7 @@ from trt_routes import measure
 from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
-from trt_routes.errors import storage_error
+from trt_routes.errors import StorageError, storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
@@ -67,17 +67,34 @@ def make_inputs(inputs: dict[str, dict[str, object]], seed: int) -> dict[str, np
     return feeds
 
 
+class InfrastructureFailure(Exception):
+    """Our own file handling failed (the store, the scratch folder): the machine's fault, not the route's."""
+
+
+@contextmanager
+def own_files(what: str) -> Iterator[None]:
+    """Turn an OSError of trt-routes' own file handling (``what``) into an InfrastructureFailure (a refused
+    write is already a StorageError, which the worker classifies the same way)."""
+    try:
+        yield
+    except OSError as exc:
+        raise InfrastructureFailure(f"{what}: {_one_line(exc)}") from exc
+
+
 def run_reference(task: ReferenceTask) -> TaskResult:
     store = BlobStore(Path(task.store_root))
     backend = registry.get(task.backend)
-    feeds = store.get_arrays(task.given_inputs_sha) if task.given_inputs_sha else make_inputs(task.inputs, task.seed)
+    with own_files("reading the given reference inputs"):
+        given = store.get_arrays(task.given_inputs_sha) if task.given_inputs_sha else None
+    feeds = given if given is not None else make_inputs(task.inputs, task.seed)
     outputs = backend.reference(task.spec, feeds)
     bad = measure.all_finite(outputs)
     if bad:
         return TaskResult(status="accuracy-failed",
                           error=f"the reference itself has non-finite values in output(s) {', '.join(bad)}")
-    return TaskResult(status="ok", inputs_sha256=store.put_arrays(feeds),
-                      outputs_sha256=store.put_arrays(outputs))
+    with own_files("storing the reference"):
+        return TaskResult(status="ok", inputs_sha256=store.put_arrays(feeds),
+                          outputs_sha256=store.put_arrays(outputs))
 
 
 def run_trial(task: TrialTask) -> TaskResult:
@@ -85,7 +102,8 @@ def run_trial(task: TrialTask) -> TaskResult:
     result has been sent, so the coordinator's bookkeeping overlaps that cleanup."""
     store = BlobStore(Path(task.store_root))
     backend = registry.get(task.backend)
-    engine_tmp = _scratch(task.spec.work_dir, store) / f"engine{backend.engine_suffix_for(task.spec.settings)}"
+    with own_files("creating the worker's scratch folder"):
+        engine_tmp = _scratch(task.spec.work_dir, store) / f"engine{backend.engine_suffix_for(task.spec.settings)}"
     t0 = time.perf_counter()
     try:
         log = backend.build(task.spec, engine_tmp)
@@ -96,7 +114,11 @@ def run_trial(task: TrialTask) -> TaskResult:
         return TaskResult(status="build-error", error=_one_line(exc), log=traceback.format_exc(limit=3),
                           build_s=time.perf_counter() - t0)
     build_s = time.perf_counter() - t0
-    engine_sha = store.put_file(engine_tmp, move=True)
+    if not engine_tmp.is_file():
+        return TaskResult(status="build-error", error=f"the {task.backend} build wrote no engine", log=log,
+                          build_s=build_s)
+    with own_files("storing the engine"):
+        engine_sha = store.put_file(engine_tmp, move=True)
     t1 = time.perf_counter()
     noise = NoiseContext(task.spec.target)
     result = _check_and_time(task, backend, store, store.path(engine_sha))
@@ -111,11 +133,14 @@ def run_trial(task: TrialTask) -> TaskResult:
 def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine: Path) -> TaskResult:
     """Load the engine, compare its outputs with the reference, time it. The runner is released on
     return, so its teardown (a session's thread pool) is over before the worker takes its readings."""
-    feeds = store.get_arrays(task.inputs_sha)
+    with own_files("reading the reference inputs"):
+        feeds = store.get_arrays(task.inputs_sha)
+        reference = store.get_arrays(task.reference_sha)
     runner = backend.load(engine, task.spec)
     outputs = runner.run(feeds)
-    result = TaskResult(status="ok", outputs_sha256=store.put_arrays(outputs))
-    result.losses = measure.losses(outputs, store.get_arrays(task.reference_sha), task.l0_params)
+    with own_files("storing the outputs"):
+        result = TaskResult(status="ok", outputs_sha256=store.put_arrays(outputs))
+    result.losses = measure.losses(outputs, reference, task.l0_params)
     bad = measure.all_finite(outputs)
     if bad:
         result.status = "accuracy-failed"
@@ -311,6 +336,9 @@ def _dispatch(task: object) -> TaskResult:
             result = task.execute()  # type: ignore[attr-defined]
         else:
             result = TaskResult(status="crashed", error=f"unknown task {type(task).__name__}")
+    except (InfrastructureFailure, StorageError) as exc:  # the machine's failure: not cached as the route's
+        result = TaskResult(status="crashed", error=f"infrastructure: {exc}", log=traceback.format_exc(),
+                            infrastructure=True)
     except Exception as exc:
         result = TaskResult(status="crashed", error=_one_line(exc), log=traceback.format_exc())
     result.meta["worker_s"] = time.perf_counter() - started  # task wall time inside the worker

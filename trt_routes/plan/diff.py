@@ -16,6 +16,7 @@ from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Tolerance
+from trt_routes.plan.advice import no_eligible_advice
 from trt_routes.routes import describe
 from trt_routes.search import Outcome, make_search
 from trt_routes.search.job import JobSearch, job_search, selection_key
@@ -178,9 +179,8 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     sel, requests = final_selection(job, trials, list(cands), cache, entry, lookup)
     if entry is None:
         if sel.winner is None:
-            return JobPlan(job, "reselect", (f"no eligible route among {len(cands)} cached trials: loosen tolerance "
-                                             f"'{job.tolerance_name}' or change the switch group",), (), reused, None,
-                           cands)
+            advice = no_eligible_advice(job.name, job.tolerance_name, trials, cands)
+            return JobPlan(job, "reselect", (advice,), (), reused, None, cands)
         return JobPlan(job, "reselect", (f"every route is cached ({len(cands)}): select and lock, no builds",
                                          *([describe_requests(requests)] if requests else [])),
                        (), reused, None, cands)

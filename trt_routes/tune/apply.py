@@ -483,6 +483,11 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
         cache = project.open_cache()
         try:
             lock = project.read_lock()
+            if options.retry_failed and not options.dry_run:
+                from trt_routes.tune.retry import forget_failed
+
+                for name, count in forget_failed(project, cache, options.only).items():
+                    reporter.message(f"{name}: {count} crashed or timed-out trial(s) will run again")
             plan = compute_plan(project, cache, lock, options.only)
             if check_plan is not None:
                 check_plan(plan, cache, lock)

@@ -47,6 +47,7 @@ class ApplyOptions:
     workers: int | None = None  # None: the manifest's execution.workers (default: every matching GPU, 1 CPU)
     executor: str | None = None  # local | ray (None: the manifest's)
     address: str | None = None  # ray cluster address
+    retry_failed: bool = False  # forget the selected jobs' cached crashed/timeout trials first: they run again
 
     # -- which flags of `trt-routes apply` combine: the rule lives here, the CLI only parses --
     @classmethod

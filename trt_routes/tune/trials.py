@@ -107,7 +107,10 @@ class TrialRunner:
         if busy is not None and job.measurement.busy.action == "refuse":
             raise HostBusy(f"the trial of {describe(route)} was not kept: {busy} (measurement.busy: refuse; "
                            "tune on a quiet host, or set measurement.busy: warn)")
-        self.cache.add_trial(record, job.signature.fields if job.signature else None)
+        if result.infrastructure:  # the machine failed, not the route: not cached, the next apply runs it again
+            self.reporter.message(f"{job.name}: {route or '(default route)'}: not cached: {result.error}")
+        else:
+            self.cache.add_trial(record, job.signature.fields if job.signature else None)
         self.reporter.trial_done(job, record)
         if busy is not None and job.name not in self._busy_warned:
             self._busy_warned.add(job.name)
