@@ -174,3 +174,14 @@ def test_plan_advice_follows_the_cause(tmp_path: Path, tiny_models: dict[str, Pa
     mixed = {"": crashed[""], routes[1]: gated[routes[1]]}
     text = no_eligible_advice(job.name, "t", mixed, routes)
     assert "1 crashed, 1 ok" in text and "loosen tolerance 't'" in text and "--retry-failed" in text
+
+
+def test_retry_failed_flag_rules() -> None:
+    import pytest
+
+    from trt_routes.errors import UsageError
+
+    assert ApplyOptions.from_flags(only=["cnn/*"], retry_failed=True).retry_failed
+    for flags in ({"frozen": True}, {"plan": True}):
+        with pytest.raises(UsageError, match="--retry-failed cannot be combined"):
+            ApplyOptions.from_flags(retry_failed=True, **flags)  # type: ignore[arg-type]

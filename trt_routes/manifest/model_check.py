@@ -8,7 +8,8 @@ import difflib
 from collections.abc import Mapping
 
 from trt_routes.errors import ManifestError
-from trt_routes.manifest.load import LoadedManifest, ManifestProblems, render_snippet
+from trt_routes.manifest.load import LoadedManifest
+from trt_routes.manifest.problems import ManifestProblems, render_snippet
 from trt_routes.manifest.schema import DimRange, Model, ReferenceFiles
 from trt_routes.model_files import ModelFiles
 

@@ -53,7 +53,7 @@ class ApplyOptions:
     @classmethod
     def from_flags(cls, *, only: list[str] | None = None, keep_going: bool = False, dry_run: bool = False,
                    workers: int | None = None, executor: str | None = None, address: str | None = None,
-                   frozen: bool = False, plan: bool = False) -> ApplyOptions:
+                   frozen: bool = False, plan: bool = False, retry_failed: bool = False) -> ApplyOptions:
         """The options of one apply call; UsageError for flags that exclude each other. ``frozen``
         (--frozen: rebuild the locked routes, ``trt_routes.gitops.frozen``) and ``plan`` (--plan FILE given:
         execute a saved plan, ``trt_routes.plan.saved``) are checked here and acted on by those modules."""
@@ -67,8 +67,11 @@ class ApplyOptions:
         if plan and only:
             raise UsageError("--only cannot be combined with --plan",
                              "the saved plan keeps the --only it was made with")
+        if retry_failed and (frozen or plan):
+            raise UsageError(f"--retry-failed cannot be combined with {'--frozen' if frozen else '--plan'}",
+                             "run `trt-routes apply --retry-failed [--only JOB]` on its own")
         return cls(only=list(only or []), keep_going=keep_going, dry_run=dry_run, workers=workers,
-                   executor=executor, address=address)
+                   executor=executor, address=address, retry_failed=retry_failed)
 
 
 @dataclass
