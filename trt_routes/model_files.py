@@ -68,8 +68,13 @@ class ModelFiles:
                                  "external_data": {rel: self.sha256(rel) for rel, _ in self.side}})
 
 
+#: Model files that are not ONNX: a torch.export program (torch-inductor), a recorded landscape (replay).
+NOT_ONNX = (".pt2", ".json")
+
+
 def is_onnx(path: Path) -> bool:
-    return path.suffix.lower() == ".onnx"
+    """Whether ``path`` must be an ONNX model: every model file but those of ``NOT_ONNX``."""
+    return path.suffix.lower() not in NOT_ONNX
 
 
 def read_model_files(path: Path) -> ModelFiles:
