@@ -93,14 +93,15 @@ def ship(task: Any) -> tuple[Shipment, list[tuple[str, Path]]]:
 
 
 def _model_files(model: Path) -> ModelFiles:
-    """The model files of ``model``, remembered while the file is unchanged (read once, not per trial)."""
+    """The model files of ``model``, remembered while the file is unchanged (read once, not per trial); the
+    file alone when it does not read as a model."""
     st = model.stat()
     key = (str(model.resolve()), st.st_mtime_ns, st.st_size)
     if key not in _MODEL_FILES:
         try:
             _MODEL_FILES[key] = read_model_files(model)
-        except ModelFileError as exc:
-            raise UsageError(exc.message, exc.hint) from exc
+        except ModelFileError:  # validate refuses such a model; here the node's build says what is wrong
+            _MODEL_FILES[key] = ModelFiles(model)
     return _MODEL_FILES[key]
 
 
