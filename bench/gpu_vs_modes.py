@@ -38,7 +38,7 @@ LOCK = "/tmp/trt-routes-gpu-vs-modes.lock"
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
     sys.path.insert(0, str(REPO))
-    from trt_routes.selection.confirm import median_interval as mi
+    from trt_routes.selection import median_interval as mi
 
     return mi(values, confidence)
 

@@ -55,13 +55,14 @@ def copy_project(manifest: Path, dest: Path) -> Path:
 
 
 def cli(*args: str) -> tuple[int, str]:
-    """Run the trt-routes CLI in process; (exit code, output)."""
+    """Run the trt-routes CLI in process; (exit code, output). With ``--json``, stdout alone: the document
+    (warnings and progress go to stderr)."""
     from typer.testing import CliRunner
 
     from trt_routes.cli.app import app
 
     result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output
+    return result.exit_code, result.stdout if "--json" in args else result.output
 
 
 def routes_and_statuses(manifest: Path) -> dict[str, dict[str, str]]:

@@ -156,6 +156,20 @@ def test_retry_failed_runs_cached_crashed_trials_again(
     assert other.outcomes[0].built == 2  # bs4 was never tuned: its two routes, nothing of bs1's
 
 
+def test_the_retry_failed_flag_of_the_command_line(faulty: None, tmp_path: Path,
+                                                  tiny_models: dict[str, Path]) -> None:
+    from _project import cli
+
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-fault=[segv]")
+    assert cli("apply", "--only", "cnn/bs1/*", "--keep-going", "-m", str(manifest))[0] in (0, 4)
+    code, out = cli("apply", "--only", "cnn/bs1/*", "--retry-failed", "--json", "-m", str(manifest))
+    assert code in (0, 4), out
+    import json
+
+    (job,) = json.loads(out)["jobs"]
+    assert job["built"] == 1  # the crashed route ran again, the ok one did not
+
+
 def test_plan_advice_follows_the_cause(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     from _trials import record
 

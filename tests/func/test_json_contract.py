@@ -80,6 +80,8 @@ def test_every_reading_command_prints_one_valid_document(a: Path, tmp_path: Path
     remote = f"file://{tmp_path / 'remote'}"
     assert check("cache-push", "cache", "push", remote)["trials"] == 10
     assert check("cache-pull", "cache", "pull", remote)["segments"] == 0
+    recovered = check("cache-recover", "cache", "recover")  # a healthy cache: every row comes across
+    assert recovered["rows"]["trials"] == 10 and not sum(recovered["lost"].values())
     assert seen == set(SCHEMAS) - {"error"}
 
 

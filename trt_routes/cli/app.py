@@ -42,6 +42,9 @@ def _plain_metavars(command: Any) -> None:
     """Help without type noise: this typer renders every option's type (``<bool>``, ``<list[str]>``). A flag
     gets no metavar; any other option without one gets its type's name in capitals (PATH, INT, TEXT)."""
     for param in command.params:
+        if getattr(param, "param_type_name", "") == "argument":
+            param.display_type_rich = lambda ctx: None  # its name says what it is; no type column
+            continue
         if getattr(param, "param_type_name", "") != "option" or param.metavar is not None:
             continue
         if param.is_flag:

@@ -20,6 +20,8 @@ from filelock import FileLock
 from trt_routes.backends.base import Feeds
 from trt_routes.backends.torch_inductor.models import cast_input, flatten_outputs, to_numpy
 
+__all__ = ["SettleInfo", "TorchRunner", "gpu_lock"]
+
 #: Warm-up ends when the medians of two consecutive windows differ by less than this fraction...
 SETTLE_TOLERANCE = 0.02
 #: ...or after this many seconds / windows, whichever comes first.
