@@ -12,6 +12,7 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _paths import REPO
@@ -227,3 +228,37 @@ def test_torch_gpu_probe(tmp_path: Path) -> None:
     assert [s for s, _ in steps] == ["raw torch AOTInductor on cuda:0", "torch-inductor backend, mode aot",
                                      "jit with CUDA graphs, then AOTInductor, in one process"], proc.stdout
     assert proc.returncode == (0 if all(code == "0" for _, code in steps) else 1)  # its verdict: every step ran
+
+
+def _load_bench(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), BENCH / name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_vs_modes_table_reports_the_ratio_to_the_best_named_mode() -> None:
+    """The table and its geomean line from per-model results (the GPU part runs on an H200 only, below)."""
+    table = _load_bench("gpu_vs_modes.py").table
+    results = [
+        {"model": "cnn", "median_ms": {"eager": 4.0, "reduce-overhead": 2.0, "max-autotune": 1.8, "trt-routes": 1.5},
+         "best_mode": "max-autotune", "speedup_vs_best_mode": {"median": 1.2, "ci95": [1.1, 1.3]},
+         "compile_s": {"max-autotune": 200}, "tuned": {"route": "-a=1"}},
+        {"model": "lm", "median_ms": {"eager": 3.0}, "best_mode": None, "errors": {"trt-routes": "no route"}},
+    ]
+    text = table(results, 123.0)
+    assert re.search(r"^cnn .* max-autotune +1\.200x \(1\.100-1\.300\) ", text, re.M), text
+    assert re.search(r"^lm .* no route", text, re.M), text
+    assert "geomean tuned/best named mode: 1.200x over 1 of 2 models" in text and "tuning wall 123.0 s" in text
+
+
+def test_gpu_vs_modes_on_one_model(tmp_path: Path) -> None:
+    needs_gpu()
+    if not any("H200" in name for name in gpu_names()):
+        pytest.skip(f"recipes/torch-gpu/modes targets an H200; this machine has {gpu_names()}")
+    out = bench("gpu_vs_modes.py", "--models", "resnet50", "--rounds", "3", "--iters", "5", cwd=tmp_path,
+                timeout=900)
+    assert re.search(r"^geomean tuned/best named mode: [\d.]+x over \d of 1 models", out, re.M), out
