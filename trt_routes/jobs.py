@@ -17,7 +17,7 @@ from typing import Any
 
 from trt_routes import PROTOCOL_VERSION, canonical
 from trt_routes.backends import registry
-from trt_routes.backends.base import Backend, BuildSpec, SettingError
+from trt_routes.backends.base import Backend, BuildSpec, InputMismatch, SettingError
 from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, RouteError, TrtRoutesError, UsageError
 from trt_routes.manifest.load import LoadedManifest
@@ -203,6 +203,8 @@ class Resolver:
         if key not in self._entry_digests:
             try:
                 self._entry_digests[key] = (backend.model_digest(spec), "")
+            except InputMismatch:
+                raise  # the manifest does not fit the model: a positioned error (jobs), not a blocked job
             except SettingError as exc:
                 self._entry_digests[key] = (None, str(exc))
         return self._entry_digests[key]
@@ -305,9 +307,13 @@ class Resolver:
                 }
                 entry_error = ""
                 if model.entry is not None and isinstance(backend, Backend):
-                    digest, entry_error = self.entry_digest(backend, BuildSpec(
-                        model_path=str(path), route={}, profile=profile, settings=dict(eff.settings),
-                        entry=model.entry, inputs=inputs))
+                    try:
+                        digest, entry_error = self.entry_digest(backend, BuildSpec(
+                            model_path=str(path), route={}, profile=profile, settings=dict(eff.settings),
+                            entry=model.entry, inputs=inputs))
+                    except InputMismatch as exc:
+                        raise self.loaded.error(("models", mname, "shapes", sname),
+                                                f"model '{mname}': {exc.message}", exc.hint) from None
                 for tname in eff.targets or []:
                     target = m.targets[tname]
                     blocked, kind = None, None

@@ -226,14 +226,23 @@ def test_entry_digest_follows_code_and_weights(tmp_path: Path) -> None:
 def test_nondeterministic_or_broken_entries_block_the_job(tmp_path: Path) -> None:
     path = project(tmp_path, {"a": {"entry": "tiny:unseeded", "shapes": SHAPES},
                               "b": {"entry": "tiny:missing", "shapes": SHAPES},
-                              "c": {"entry": "nosuchmodule:f", "shapes": SHAPES},
-                              "d": {"entry": "tiny:mlp", "shapes": {"b4": {"y": [4, 16]}}}})
+                              "c": {"entry": "nosuchmodule:f", "shapes": SHAPES}})
     jobs = {j.model: j for j in open_project(path).jobs}
     assert all(j.block_kind == "invalid" for j in jobs.values())
     assert "returns different weights on each call" in (jobs["a"].blocked or "")
     assert "has no function missing" in (jobs["b"].blocked or "")
     assert "cannot import nosuchmodule" in (jobs["c"].blocked or "")
-    assert "takes no input named y" in (jobs["d"].blocked or "")
+
+
+def test_a_profile_naming_an_input_forward_does_not_take_is_a_positioned_manifest_error(tmp_path: Path) -> None:
+    """The manifest checked against the entry's model (issue 14: model-aware validation, torch entries too)."""
+    from trt_routes.errors import ManifestError
+
+    path = project(tmp_path, {"d": {"entry": "tiny:mlp", "shapes": {"b4": {"y": [4, 16]}}}})
+    with pytest.raises(ManifestError) as info:
+        open_project(path).jobs  # noqa: B018
+    assert "takes no input named y" in info.value.message
+    assert info.value.line is not None and "tuning.yaml" in str(info.value)
 
 
 # -- references ----------------------------------------------------------------------------------------

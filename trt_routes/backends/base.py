@@ -217,3 +217,11 @@ class SettingError(TrtRoutesError):
     def __init__(self, setting: str | None, message: str, hint: str | None = None) -> None:
         super().__init__(message, hint)
         self.setting = setting
+
+
+class InputMismatch(SettingError):
+    """The manifest's inputs (profile names, shapes, dtypes) do not match what the model takes: a manifest
+    error at the model's ``shapes`` (validate and plan refuse it), not a job that cannot run here."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(None, message, hint)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from trt_routes import canonical
-from trt_routes.backends.base import BuildSpec, SettingError
+from trt_routes.backends.base import BuildSpec, InputMismatch, SettingError
 
 SEED = 0  # factories run under torch.manual_seed(SEED): unseeded random init is still reproducible
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int64": "int64",
@@ -159,24 +159,34 @@ def forward_names(module: Any) -> list[str] | None:
     return names
 
 
-def check_inputs(loaded: LoadedModel, profile_inputs: list[str], shapes: Mapping[str, list[int]]) -> None:
-    """The profile's input names must be forward's parameters; example inputs must match the profile."""
+def check_inputs(loaded: LoadedModel, profile_inputs: list[str], shapes: Mapping[str, list[int]],
+                 dtypes: Mapping[str, str] | None = None) -> None:
+    """The profile's input names must be forward's parameters; example inputs must match the profile, and
+    an integer example input the manifest's ``inputs:`` dtype (float noise is never fed to an index)."""
     names = forward_names(loaded.module)
     if names is not None:
         unknown = [n for n in profile_inputs if n not in names]
         if unknown:
-            raise SettingError(None, f"{loaded.source}: forward({', '.join(names)}) takes no input named "
+            raise InputMismatch(f"{loaded.source}: forward({', '.join(names)}) takes no input named "
                                f"{', '.join(unknown)}", "name the shape profile's inputs after forward's "
                                "parameters")
     if loaded.example is not None:
         if sorted(loaded.example) != sorted(profile_inputs):
-            raise SettingError(None, f"{loaded.source}: example inputs {sorted(loaded.example)} differ from the "
+            raise InputMismatch(f"{loaded.source}: example inputs {sorted(loaded.example)} differ from the "
                                f"shape profile's inputs {sorted(profile_inputs)}")
         for name, tensor in loaded.example.items():
             if list(tensor.shape) != list(shapes[name]):
-                raise SettingError(None, f"{loaded.source}: example input {name} has shape {list(tensor.shape)}, "
+                raise InputMismatch(f"{loaded.source}: example input {name} has shape {list(tensor.shape)}, "
                                    f"the shape profile says {list(shapes[name])}",
                                    "return example inputs of the profile's shapes (the factory gets them)")
+        for name, tensor in loaded.example.items():
+            given = (dtypes or {}).get(name)
+            have = str(tensor.dtype).removeprefix("torch.")
+            if given is not None and given != have and (have.startswith(("int", "uint", "bool")) or
+                                                         given.startswith(("int", "uint", "bool"))):
+                raise InputMismatch(f"{loaded.source}: example input {name} is {have}, the manifest's inputs give "
+                                    f"{given}", f"set models.<model>.inputs.{name}.dtype: {have} (with low/high "
+                                    "for an integer input)")
 
 
 def _sha_tensor(h: Any, tensor: Any) -> None:
@@ -201,7 +211,8 @@ def entry_digest(spec: BuildSpec) -> str:
     """The digest of an entry model at ``spec``'s shapes; the factory runs twice and must agree with itself."""
     root = Path(spec.model_path).resolve()
     first = load_entry(spec.entry, root, spec.opt_shapes)
-    check_inputs(first, sorted(spec.profile), spec.opt_shapes)
+    check_inputs(first, sorted(spec.profile), spec.opt_shapes,
+                 {name: str(info.get("dtype")) for name, info in spec.inputs.items() if info.get("dtype")})
     weights = state_digest(first.module)
     again = state_digest(load_entry(spec.entry, root, spec.opt_shapes).module)
     if again != weights:
