@@ -242,3 +242,13 @@ def test_a_record_stopped_by_one_rule_decides_another_only_when_that_rule_stops_
     loose = Confirm(candidates=1, margin=0.02, rounds=4, confidence=0.6)
     assert decides(win, loose) and decide(win, loose).winner == "-a=1"
     assert not decides(win, Confirm(candidates=1, margin=0.02, rounds=15))
+
+
+def test_a_challenger_stopped_against_after_one_round_is_reported_with_its_ratio() -> None:
+    """At 99% over two challengers and 12 rounds only 12 ratios below 1 pass: one at or above 1 decides."""
+    settings = Confirm(candidates=2, margin=0.05, rounds=12, confidence=0.99)
+    m = Remeasurement("", ("-a=1", "-b=1"), (("", 1.0), ("-a=1", 1.01), ("", 1.0), ("-b=1", 1.02), ("", 1.0)))
+    d = decide(m, settings)
+    assert d.winner == ""
+    for r in d.results:
+        assert r.ratio is not None and r.rounds == 1 and not r.passed and "not above the margin" in r.reason

@@ -258,7 +258,7 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None
         ratios = m.paired_ratios(route)
         verdict, used = stopping.verdict(ratios)
         ratios = ratios[:used]
-        if len(ratios) < 2:
+        if not ratios or (verdict is None and len(ratios) < 2):  # decided against at one ratio is shown
             results.append(ChallengerResult(route, None, None, None, len(ratios), False,
                                             "not confirmed: too few side-by-side rounds were measured"))
             continue
