@@ -4,7 +4,8 @@ Each seed replays one "world": a trial of route r draws its samples from the lan
 recorded samples, as the replay backend does), the same for every strategy (common random numbers).
 Strategies run through trt-routes' own code: the strategy objects and their budget (``JobSearch``), the
 apply loop's rules (the default route always measured), ``select`` and the side-by-side confirmation
-(``confirm.resolve``/``decide`` on re-measurements drawn from the landscape in ``schedule`` order).
+(``confirm.resolve``/``decide`` on re-measurements drawn from the landscape by the worker's own
+sequential schedule, ``confirm.run_sequential``: a challenger stops once decided).
 The trtexec-like baselines ``fast`` and ``mixed`` pick the lowest mean with a strict ``<`` from one
 measurement per route (mixed qualifies phase-2 knobs the same way), no confirmation.
 
@@ -42,7 +43,7 @@ from trt_routes.plan import outcomes  # noqa: E402
 from trt_routes.routes import parse_expression  # noqa: E402
 from trt_routes.search import Outcome, Search, make_search  # noqa: E402
 from trt_routes.search.job import JobSearch  # noqa: E402
-from trt_routes.selection import DEFAULT_ROUTE, Remeasurement, gate, resolve, schedule, select  # noqa: E402
+from trt_routes.selection import DEFAULT_ROUTE, Remeasurement, Stopping, gate, resolve, run_sequential, select  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
 #: the quickstart's gate, for landscapes whose meta names no ``tolerance``
@@ -89,6 +90,7 @@ class World:
         self.count: dict[str, int] = {}
         self.clock = 0.0  # simulated seconds: recorded build times plus measured time
         self.aligned = bool(land.meta.get("aligned"))
+        self.remeasure_slots = 0  # side-by-side turns measured (the sequential design stops early)
 
     def trial(self, route: str) -> TrialRecord:
         k = self.count[route] = self.count.get(route, 0) + 1
@@ -115,18 +117,26 @@ class World:
         # the worker's slot sizing: at least slot_ms per turn, from the baseline's per-run time
         per_run = self.land.true_median(baseline) or 1.0
         iterations = max(settings.iterations, math.ceil(settings.slot_ms / per_run))
-        order = schedule(baseline, challengers, settings.rounds)
-        per_round = 2 * len(challengers)
-        position = 0.0
-        for i, route in enumerate(order):
+        state = {"round": -1, "in_round": 0, "position": 0.0}
+
+        def measure(route: str, k: int) -> float:
             # recorded landscapes: one moment of the recording per round, so the slots of a round share
             # its contention (see draw_at); synthetic ones: every slot at its own random moment
-            if i % per_round == 0 or not self.aligned:
-                position = float(rng.random())
-            shift = (i % per_round) * iterations / 4 / max(1, len(self.land.get(route).samples_ms))  # type: ignore[union-attr]
-            samples = self.land.draw_at(route, position + shift, iterations)
+            if k != state["round"]:
+                state["round"], state["in_round"] = k, 0
+                state["position"] = float(rng.random())
+            elif not self.aligned:
+                state["position"] = float(rng.random())
+            i = state["in_round"]
+            state["in_round"] += 1
+            shift = i * iterations / 4 / max(1, len(self.land.get(route).samples_ms))  # type: ignore[union-attr]
+            samples = self.land.draw_at(route, state["position"] + shift, iterations)
             self.clock += sum(samples) / 1e3
-            slots.append((route, float(statistics.median(samples))))
+            self.remeasure_slots += 1
+            return float(statistics.median(samples))
+
+        # the worker's sequential schedule: each challenger stops once its verdict is reached
+        slots = run_sequential(baseline, challengers, Stopping.of(settings, len(challengers)), measure)
         return Remeasurement(baseline, challengers, tuple(slots))
 
 
@@ -149,8 +159,9 @@ def trtexec_outcomes(trials: dict[str, TrialRecord], tolerance: Tolerance) -> di
 
 
 def run_one(land: Landscape, strategy: Strategy, seed: int, expr_text: str, warm: tuple[str, ...]) -> tuple[
-        str | None, int]:
-    """(chosen route, new builds) for one seed."""
+        str | None, int, int, int]:
+    """(chosen route, new builds, side-by-side turns measured, turns the fixed-length design would take)
+    for one seed."""
     world = World(land, seed)
     expr = parse_expression(expr_text, land.catalog)
     inner: Search = make_search(strategy.mode, expr, land.catalog, warm=warm if strategy.warm else ())
@@ -172,18 +183,20 @@ def run_one(land: Landscape, strategy: Strategy, seed: int, expr_text: str, warm
             order.append(route)
     builds = len(order)
     if strategy.trtexec:
-        return trtexec_pick(order, trials, tol), builds
+        return trtexec_pick(order, trials, tol), builds, 0, 0
     cands = [DEFAULT_ROUTE, *search.candidates(view(trials))]
     sel = select(trials, [r for r in dict.fromkeys(cands) if r in trials], tol)
     stored: dict[tuple[str, tuple[str, ...]], Remeasurement] = {}
+    fixed = 0
     for _ in range(3):
         final, requests = resolve(sel, strategy.confirm, None, lambda b, c: stored.get((b, c)))
         if not requests:
-            return final.winner, builds
+            return final.winner, builds, world.remeasure_slots, fixed
         for req in requests:
             assert strategy.confirm is not None
+            fixed += 1 + 2 * strategy.confirm.rounds * len(req.challengers)
             stored[(req.baseline, req.challengers)] = world.remeasure(req.baseline, req.challengers, strategy.confirm)
-    return final.winner, builds
+    return final.winner, builds, world.remeasure_slots, fixed
 
 
 @dataclass
@@ -250,6 +263,8 @@ def main() -> None:
               "wrong winner |")
     print(header + "\n|" + "---|" * 8)
     summary: dict[str, list[tuple[float, float, float]]] = {}
+    aa_wrong: dict[str, list[float]] = {}
+    turn_rows: list[str] = []  # side-by-side turns the sequential confirmation measured
     for name, land in lands.items():
         expr_text = expression_of(land)
         t = truth(land, expr_text)
@@ -257,10 +272,11 @@ def main() -> None:
         for strategy in chosen:
             if strategy.warm and not warm:
                 continue
-            regrets, builds, wrong = [], [], 0
+            regrets, builds, wrong, turns, fixed = [], [], 0, 0, 0
             for seed in range(args.seeds):
-                winner, used = run_one(land, strategy, seed, expr_text, warm)
+                winner, used, seq_turns, fixed_turns = run_one(land, strategy, seed, expr_text, warm)
                 builds.append(used)
+                turns, fixed = turns + seq_turns, fixed + fixed_turns
                 regrets.append(t.medians[winner] / t.best if winner in t.eligible else math.inf)
                 if winner not in (None, DEFAULT_ROUTE) and t.default is not None and \
                         not t.medians.get(winner, math.inf) <= 0.99 * t.default:
@@ -268,6 +284,11 @@ def main() -> None:
             share = float(np.mean(builds)) / t.full_builds
             ok = float(np.mean([r <= 1.03 for r in regrets]))
             summary.setdefault(strategy.name, []).append((share, ok, wrong / args.seeds))
+            if name.startswith("aa-"):
+                aa_wrong.setdefault(strategy.name, []).append(wrong / args.seeds)
+            if fixed:
+                turn_rows.append(f"{name} {strategy.name}: {turns / args.seeds:.1f} turns per seed, "
+                                 f"{turns / fixed:.0%} of the fixed design's")
             print(f"| {name} | {strategy.name} | {np.mean(builds):.1f} | {share:.0%} | "
                   f"{np.median(regrets):.3f} | {np.quantile(regrets, 0.9):.3f} | {ok:.0%} | "
                   f"{wrong / args.seeds:.1%} |", flush=True)
@@ -276,6 +297,11 @@ def main() -> None:
     for name, rows in summary.items():
         print(f"{name}: mean builds share {np.mean([r[0] for r in rows]):.0%}, worst regret<=1.03 share "
               f"{min(r[1] for r in rows):.0%}, worst wrong-winner rate {max(r[2] for r in rows):.1%}")
+    if turn_rows:
+        print("\nconfirmation (sequential; the fixed design: 1 + 2 x rounds x challengers turns per re-measurement):")
+        print("\n".join(f"  {row}" for row in turn_rows))
+    worst = max((max(v) for k, v in aa_wrong.items() if not k.endswith("-trtexec")), default=0.0)
+    print(f"aa_wrong_winner_max={worst:.4f} (confirmed strategies, A/A landscapes)")
 
 
 if __name__ == "__main__":

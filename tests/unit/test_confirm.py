@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -57,7 +59,8 @@ def test_a_noise_level_gain_is_not_confirmed() -> None:
 def test_a_real_gain_below_the_margin_is_not_enough() -> None:
     d = decide(measured("", {"": 1.0, "-a=1": 0.985}, noise=0.001), SETTINGS)
     assert d.winner == "" and "not above the margin 2.0%" in d.results[0].reason
-    d = decide(measured("", {"": 1.0, "-a=1": 0.985}, noise=0.001), Confirm(margin=0.01))
+    # rounds as measured: a sequential record shorter than its planned rounds and undecided confirms nothing
+    d = decide(measured("", {"": 1.0, "-a=1": 0.985}, noise=0.001), Confirm(margin=0.01, rounds=12))
     assert d.winner == "-a=1"
 
 
@@ -86,6 +89,10 @@ def test_round_trip_and_key() -> None:
     assert Remeasurement.from_json(m.to_json()) == m
     k = remeasure_key("g", "", ["-b=1", "-a=1"], SETTINGS)
     assert k == remeasure_key("g", "", ["-a=1", "-b=1"], Confirm(candidates=2, margin=0.5, confidence=0.9, rounds=12))
+    # sequential design (issue 20): a record measured for one rule because another's did not decide is keyed by it
+    rule = remeasure_key("g", "", ["-a=1", "-b=1"], SETTINGS, rule=True)
+    assert rule != k and rule != remeasure_key("g", "", ["-a=1", "-b=1"], Confirm(candidates=2, margin=0.5,
+                                                                                 rounds=12), rule=True)
     assert k != remeasure_key("g", "", ["-a=1", "-b=1"], Confirm(rounds=13))
 
 
@@ -150,3 +157,98 @@ def test_only_routes_that_could_beat_the_baseline_are_challengers() -> None:
     sel = select(trials, list(trials), TOL)
     assert challengers(sel, 3) == ("-a=1", "-n=1")  # -s=1's interval starts above the default's
     assert challengers(sel, 1) == ("-a=1",)
+
+
+# -- the sequential design (issue 20) --------------------------------------------------------------
+
+def test_sequential_final_look_keeps_the_fixed_designs_boundary() -> None:
+    """The last look uses the order statistic the fixed interval used; interim looks spend only the rest."""
+    from trt_routes.selection.confirm import ERROR_CAP, Stopping, median_interval
+
+    for rounds, k, confidence in ((15, 3, 0.95), (15, 1, 0.95), (12, 2, 0.99), (9, 1, 0.9)):
+        s = Stopping(0.02, confidence, rounds, k)
+        ratios = list(np.linspace(0.9, 1.1, rounds))
+        _, _, high = median_interval(ratios, 1.0 - (1.0 - confidence) / k)
+        kf = s.boundaries[rounds]
+        assert sorted(ratios)[rounds - kf] == high  # x_(n+1-k), the fixed interval's upper end
+        spent = sum(sum(math.comb(n, i) for i in range(kn)) / 2.0**n for n, kn in s.boundaries.items())
+        final = sum(math.comb(rounds, i) for i in range(kf)) / 2.0**rounds
+        assert spent <= max(final, ERROR_CAP * (1.0 - confidence) / 2.0 / k) + 1e-12  # union bound over looks
+
+
+def test_sequential_false_pass_rate_on_aa_is_below_its_level() -> None:
+    from trt_routes.selection.confirm import Stopping
+
+    rng = np.random.default_rng(7)
+    s = Stopping(0.0, 0.95, 15, 1)  # no margin: the hardest case for the error rate
+    passes = sum(s.verdict(list(np.exp(rng.normal(0, 0.05, 15))))[0] == "pass" for _ in range(4000))
+    assert passes / 4000 <= 0.025
+
+
+def test_curtailment_never_stops_a_challenger_that_a_later_look_would_pass() -> None:
+    """A "fail" at look n is final: on the full sequence, no look at or after n passes."""
+    from trt_routes.selection.confirm import Stopping
+
+    rng = np.random.default_rng(3)
+    s = Stopping(0.02, 0.95, 15, 2)
+    for _ in range(3000):
+        full = list(np.exp(rng.normal(rng.choice([-0.05, -0.02, 0.0]), 0.03, 15)))
+        verdict, n = s.verdict(full)
+        if verdict != "fail":
+            continue
+        for look, k in s.boundaries.items():
+            if look >= n:
+                head = full[:look]
+                assert not (sum(r >= 1 for r in head) <= k - 1 and float(np.median(head)) < 0.98)
+
+
+def test_sequential_worker_schedule_and_decide_agree_and_stop_early() -> None:
+    """run_sequential (the worker's loop) stops each challenger where decide's replay decides it."""
+    from trt_routes.selection.confirm import Stopping, run_sequential
+
+    settings = Confirm(candidates=2, margin=0.02, rounds=15)
+    rng = np.random.default_rng(5)
+    times = {"": 1.0, "-a=1": 0.85, "-b=1": 1.0}  # a clear winner and an A/A twin
+
+    def measure(route: str, _round: int) -> float:
+        return times[route] * float(np.exp(rng.normal(0, 0.01)))
+
+    slots = run_sequential("", ("-a=1", "-b=1"), Stopping.of(settings, 2), measure)
+    m = Remeasurement("", ("-a=1", "-b=1"), tuple(slots))
+    d = decide(m, settings)
+    assert d.winner == "-a=1"
+    a, b = d.result("-a=1"), d.result("-b=1")
+    assert a is not None and b is not None and a.passed and not b.passed
+    assert a.rounds < 15 and b.rounds < 15 and "stopped early" in a.reason
+    assert len(slots) < 1 + 2 * 2 * 15  # fewer turns than the fixed design
+    for r in (a, b):
+        assert sum(1 for route, _ in slots if route == r.route) == r.rounds
+
+
+def test_a_record_stopped_by_one_rule_decides_another_only_when_that_rule_stops_within_it() -> None:
+    """Nothing is re-measured that a stored re-measurement already decides, and nothing is decided from a
+    record too short for the rule at hand."""
+    from trt_routes.selection.confirm import Stopping, decides, run_sequential
+
+    strict = Confirm(candidates=1, margin=0.02, rounds=15, confidence=0.95)
+    rng = np.random.default_rng(11)
+    aa = run_sequential("", ("-a=1",), Stopping.of(strict, 1),
+                        lambda r, k: float(np.exp(rng.normal(0, 0.02))))
+    m = Remeasurement("", ("-a=1",), tuple(aa))
+    assert decides(m, strict) and len(m.paired_ratios("-a=1")) < 15  # A/A: stopped against, early
+    assert decides(m, Confirm(candidates=1, margin=0.5, rounds=15))  # a wider margin fails it sooner still
+    # a clear winner stopped *for* under a loose rule does not decide a stricter one that needs more rounds
+    win = Remeasurement("", ("-a=1",), (("", 1.0), *[s for _ in range(4) for s in (("-a=1", 0.9), ("", 1.0))]))
+    loose = Confirm(candidates=1, margin=0.02, rounds=4, confidence=0.6)
+    assert decides(win, loose) and decide(win, loose).winner == "-a=1"
+    assert not decides(win, Confirm(candidates=1, margin=0.02, rounds=15))
+
+
+def test_a_challenger_stopped_against_after_one_round_is_reported_with_its_ratio() -> None:
+    """At 99% over two challengers and 12 rounds only 12 ratios below 1 pass: one at or above 1 decides."""
+    settings = Confirm(candidates=2, margin=0.05, rounds=12, confidence=0.99)
+    m = Remeasurement("", ("-a=1", "-b=1"), (("", 1.0), ("-a=1", 1.01), ("", 1.0), ("-b=1", 1.02), ("", 1.0)))
+    d = decide(m, settings)
+    assert d.winner == ""
+    for r in d.results:
+        assert r.ratio is not None and r.rounds == 1 and not r.passed and "not above the margin" in r.reason

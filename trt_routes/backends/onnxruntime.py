@@ -4,6 +4,8 @@ Build-phase knobs choose the graph optimizations; runtime-phase knobs are sessio
 
 from __future__ import annotations
 
+__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeRunner"]
+
 import os
 import re
 import sys

@@ -266,6 +266,15 @@ class CacheStore:
         return {t.route: t for t in self._records(rows)}
 
     @_guarded
+    def group_rows(self, group_key: str) -> tuple[list[str], dict[str, tuple[Any, ...]]]:
+        """The light rows of one job group, not decoded: (column names, route -> values). For a reader that
+        looks at a few of them (a no-op plan of a dynamic search); ``TrialRecord.from_row`` decodes one."""
+        cur = self.db.execute(f"SELECT {LIGHT_COLUMNS} FROM trials WHERE group_key = ?", [group_key])
+        names = [d[0] for d in cur.description]
+        at = names.index("route")
+        return names, {row[at]: row for row in cur.fetchall()}
+
+    @_guarded
     def routes(self, group_key: str) -> set[str]:
         """Routes with a trial in one job group (no row decoding: the cheap check plan needs)."""
         return {r[0] for r in self.db.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}

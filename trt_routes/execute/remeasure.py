@@ -1,6 +1,9 @@
 """Side-by-side re-measurement in one worker: every engine loaded once, then timed slot by slot in the
 given interleaved order (A B A C A ...), so drift and neighbours' load hit every route alike.
 
+With ``task.stopping`` the schedule is sequential (``trt_routes.selection.confirm.run_sequential``): a
+challenger leaves the rotation once decided, and the task ends when all are.
+
 Returns the slot medians in order (``meta["slots"]``) with the noise context; see ``trt_routes.selection.confirm``."""
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.execute.protocol import NoiseContext, settle
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
+from trt_routes.selection.confirm import run_sequential
 
 
 def run_remeasure(task: RemeasureTask) -> TaskResult:
@@ -40,11 +44,20 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
         iterations = max(iterations, min(100_000, math.ceil(task.slot_ms / max(per_run, 1e-6))))
     slots: list[list[Any]] = []
     samples: dict[str, list[float]] = {route: [] for route in runners}
-    for route in task.order:
+
+    def turn(route: str, _round: int = 0) -> float:
         got = runners[route].time(feeds, 0, iterations, 1)
         slots.append([route, float(f"{statistics.median(got):.6g}")])
         if task.keep_samples:
             samples[route] += [float(f"{s:.6g}") for s in got]
+        return float(slots[-1][1])
+
+    if task.stopping is not None:
+        names = [route for route, _, _ in task.engines]
+        run_sequential(names[0], names[1:], task.stopping, turn)
+    else:
+        for route in task.order:
+            turn(route)
     meta: dict[str, Any] = {"slots": slots, "slot_iterations": iterations, "warmup": warm, **noise.finish()}
     if task.keep_samples:
         meta["samples"] = samples

@@ -9,6 +9,7 @@ from typing import Any
 
 from trt_routes.backends.base import BuildSpec
 from trt_routes.execute.protocol import SettleSpec
+from trt_routes.selection.confirm import Stopping
 
 
 @dataclass(frozen=True)
@@ -93,3 +94,6 @@ class RemeasureTask:
     settle: SettleSpec = field(default_factory=SettleSpec)
     keep_samples: bool = False  # also return every slot's samples (the landscape recorder wants them)
     slot_ms: float = 0.0  # a slot lasts at least this long: iterations raised from the first engine's timing
+    # sequential stopping (``trt_routes.selection.confirm.Stopping``): the first engine is the baseline, the
+    # others its challengers; ``order`` is then ignored and each challenger stops once it is decided
+    stopping: Stopping | None = None

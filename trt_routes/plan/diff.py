@@ -5,20 +5,21 @@ It builds nothing and writes nothing. Every job gets one action and the reasons 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trt_routes import canonical
 from trt_routes.artifacts import file_digest
+from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Tolerance
 from trt_routes.plan.advice import no_eligible_advice
 from trt_routes.routes import describe
-from trt_routes.search import Outcome, make_search
+from trt_routes.search import Outcome, cached_search, make_search
 from trt_routes.search.job import JobSearch, job_search, selection_key
 from trt_routes.selection.final import describe_requests, final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate
@@ -65,7 +66,67 @@ class Plan:
                 "builds": self.builds, "has_work": self.has_work}
 
 
-def outcomes(trials: dict[str, TrialRecord], tolerance: Tolerance,
+class GroupTrials(Mapping[str, TrialRecord]):
+    """One job group's trials by route, each row decoded only when read (a dynamic search replayed over a
+    full cache reads a few dozen of its hundreds of routes). Membership and length need no decoding."""
+
+    def __init__(self, cache: CacheStore, group_key: str) -> None:
+        self.cache = cache
+        self.names, self.rows = cache.group_rows(group_key)
+        self.decoded: dict[str, TrialRecord | None] = {}
+
+    def __getitem__(self, route: str) -> TrialRecord:
+        if route not in self.decoded:
+            row = dict(zip(self.names, self.rows[route], strict=True))  # KeyError: no such route
+            try:
+                self.decoded[route] = TrialRecord.from_row(row)
+            except (ValueError, TypeError) as exc:
+                self.cache.warnings.append(f"corrupt trial row {row.get('id', '?')} skipped: {exc}")
+                self.decoded[route] = None
+        trial = self.decoded[route]
+        if trial is None:
+            raise KeyError(route)
+        return trial
+
+    def __contains__(self, route: object) -> bool:
+        if route not in self.rows:
+            return False
+        try:
+            self[route]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return (r for r in self.rows if r in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class LazyOutcomes(Mapping[str, Outcome]):
+    """``outcomes`` of a ``GroupTrials``, each computed (gate included) when read."""
+
+    def __init__(self, trials: GroupTrials, tolerance: Tolerance, lookup: LossLookup | None = None) -> None:
+        self.trials, self.tolerance, self.lookup = trials, tolerance, lookup
+        self.memo: dict[str, Outcome] = {}
+
+    def __getitem__(self, route: str) -> Outcome:
+        if route not in self.memo:
+            self.memo[route] = outcomes({route: self.trials[route]}, self.tolerance, self.lookup)[route]
+        return self.memo[route]
+
+    def __contains__(self, route: object) -> bool:
+        return route in self.trials
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.trials)
+
+    def __len__(self) -> int:
+        return len(self.trials)
+
+
+def outcomes(trials: Mapping[str, TrialRecord], tolerance: Tolerance,
              lookup: LossLookup | None = None) -> dict[str, Outcome]:
     """What a search sees of cached trials: ok (built, finite, within tolerance) and the median."""
     return {
@@ -136,19 +197,26 @@ def stale_reasons(job: Job, old: dict[str, Any], old_signature: dict[str, str] |
 
 
 def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
-             lookup: LossLookup | None = None) -> JobPlan:
+             lookup: LossLookup | None = None,
+             winners: Callable[[], Mapping[str, str]] | None = None) -> JobPlan:
+    """``winners``: the related jobs' winners, read once per plan (``make_plan``)."""
     if job.blocked:
         return JobPlan(job, "skipped" if job.block_kind == "absent" else "blocked", (job.blocked,))
     assert job.expression is not None and job.catalog is not None
-    search = job_search(job, cache, cache.routes(job.group_key))
+    # a dynamic search reads rows (decoded as read: it replays over the routes it walks through, not the
+    # whole group); a static one may need only the routes (one indexed SELECT route)
+    lazy = None if cached_search(job.strategy.mode, job.expression, job.catalog).static else \
+        GroupTrials(cache, job.group_key)
+    routes = cache.routes(job.group_key) if lazy is None else set(lazy.rows)
+    search = job_search(job, cache, routes, winners=winners)
     entry = lock.jobs.get(job.name)
     if search.static and entry is not None and _keys_match(job, entry):
         static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
-        if entry.candidates_key == candidates_key(static) and cache.routes(job.group_key) >= set(static):
+        if entry.candidates_key == candidates_key(static) and routes >= set(static):
             # same trials, same rule, same candidates: the locked selection stands without re-deriving it
             return _engine_check(job, entry, root, len(static), static)
-    trials = cache.group(job.group_key, light=True)
-    known = outcomes(trials, job.tolerance, lookup)
+    trials = lazy if lazy is not None else GroupTrials(cache, job.group_key)
+    known = LazyOutcomes(trials, job.tolerance, lookup)
     batch = search.next_batch(known)
     if DEFAULT_ROUTE not in known and DEFAULT_ROUTE not in batch:
         batch = [DEFAULT_ROUTE, *batch]
@@ -162,7 +230,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
         elif (latest := cache.latest_for_job(job.name)) is not None and latest.group_key != job.group_key:
             reasons = stale_reasons(job, latest.__dict__, cache.signature_fields(latest.signature))
         if not reasons:
-            if entry is None and not trials:
+            if entry is None and not trials.rows:
                 reasons.append("new job: never tuned")
             else:
                 shown = ", ".join(describe(r) for r in batch[:4]) + (", ..." if len(batch) > 4 else "")
@@ -245,5 +313,12 @@ def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
               lookup: LossLookup | None = None) -> Plan:
     """The plan for every job; lock entries of jobs no longer in the manifest are listed as removed."""
     names = {j.name for j in jobs}
-    return Plan(jobs=[plan_job(j, cache, lock, root, lookup) for j in jobs],
+    memo: list[Mapping[str, str]] = []
+
+    def winners() -> Mapping[str, str]:  # read once, only if a job needs it (a plan writes no decision)
+        if not memo:
+            memo.append(facts.current_winners(cache))
+        return memo[0]
+
+    return Plan(jobs=[plan_job(j, cache, lock, root, lookup, winners) for j in jobs],
                 removed=sorted(set(lock.jobs) - names))

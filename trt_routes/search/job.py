@@ -42,10 +42,12 @@ def selection_key(job: Job) -> str:
     return canonical.digest(rule, 16)
 
 
-def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM) -> tuple[str, ...]:
+def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM,
+                    winners: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Routes that won for related jobs, nearest first: the same model at another shape on this target,
-    the same model on another target, then other models on this target. The default route is left out."""
-    winners = facts.current_winners(cache)
+    the same model on another target, then other models on this target. The default route is left out.
+    ``winners``: ``facts.current_winners(cache)`` if the caller has it already (a plan over many jobs)."""
+    winners = facts.current_winners(cache) if winners is None else winners
     prefix, suffix = f"{job.model}/", f"/{job.target}"
 
     def rank(name: str) -> tuple[int, str] | None:
@@ -124,16 +126,18 @@ class JobSearch(Search):
         return bool(self.inner.next_batch(known)) and self.exhausted(known) is not None
 
 
-def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: bool = False) -> JobSearch:
+def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: bool = False,
+               winners: Callable[[], Mapping[str, str]] | None = None) -> JobSearch:
     """``job``'s search, given the routes ``known`` now. ``running`` (apply): the clock runs, and a new
-    job group's warm-start routes are recorded before the first build."""
+    job group's warm-start routes are recorded before the first build. ``winners``: where to get the
+    related jobs' winners (a plan reads them once for all its jobs)."""
     assert job.expression is not None and job.catalog is not None
     key = strategy_key(job)
     row = facts.search_state(cache, job.group_key, key)
     if row is not None:
         warm = tuple(row["warm"])
     elif job.strategy.mode == "adaptive" and job.strategy.warm_start:
-        warm = related_winners(cache, job)
+        warm = related_winners(cache, job, winners=winners() if winners is not None else None)
     else:
         warm = ()
     if running and row is None:

@@ -2,8 +2,16 @@
 route (confirm) and the final decision that combines them (final). Pure functions over trials: no backend, no
 executor, no writes."""
 
-from trt_routes.selection.confirm import Remeasurement, Request, median_interval, resolve, schedule
+from trt_routes.selection.confirm import (
+    Remeasurement,
+    Request,
+    Stopping,
+    median_interval,
+    resolve,
+    run_sequential,
+    schedule,
+)
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, gate, select
 
-__all__ = ["DEFAULT_ROUTE", "Remeasurement", "Request", "Selection", "gate", "median_interval", "resolve", "schedule",
-           "select"]
+__all__ = ["DEFAULT_ROUTE", "Remeasurement", "Request", "Selection", "Stopping", "gate", "median_interval", "resolve",
+           "run_sequential", "schedule", "select"]

@@ -5,11 +5,33 @@ After the search, the best few eligible routes are re-measured interleaved with 
 route, or the job's locked winner) in one worker: B C1 B C2 B C3 B C1 ... Each challenger slot is paired
 with the baseline slot just before it, which cancels drift; the median of those paired time ratios, with
 a distribution-free interval, decides. Pure: re-measurements are data (``Remeasurement``); ``resolve`` asks for the
-ones it lacks through a lookup and returns the requests, so plan, apply and explain agree."""
+ones it lacks through a lookup and returns the requests, so plan, apply and explain agree.
+
+**Sequential design** (``Stopping``; the worker runs it as it measures, ``decide`` replays it on the stored
+slots, so both reach the same verdict from the same ratios). A group-sequential sign test with a
+Bonferroni (union-bound) error spending over the looks, chosen because the fixed design it replaces is an
+order-statistic sign test: its levels are exact binomial tails, distribution-free, and the union bound needs no
+assumption about how the looks correlate. A confidence sequence (e.g. a betting or a mixture boundary) would
+need a bounded or sub-Gaussian ratio, which a launch-bound route's slow sessions are not.
+
+- After every round each undecided challenger is looked at. Its final look (``rounds`` ratios) keeps the very
+  boundary of the fixed design (the order statistic the fixed interval used), so nothing is lost at the end.
+- The sign test is discrete: the final look spends less than its share of the error (``(1 - confidence) / 2``
+  per challenger, Bonferroni over challengers). Interim looks may spend what is left up to ``ERROR_CAP`` of
+  that share, earliest first, each taking the largest binomial level that fits (15 rounds, three challengers:
+  all 10 ratios below 1 at round 10, all 12 at 12, ...), so a route that clearly wins stops early *for*; where
+  the final look already spends more (one challenger), there are no interim looks. By the union bound the
+  error stays under the larger of ``ERROR_CAP`` times the nominal level and the fixed design's own.
+- A challenger stops *against* as soon as no remaining look can pass it whatever is measured next
+  (deterministic curtailment: too many ratios at or above 1, or too many at or above 1 - margin for the median
+  to get below it). This costs no error at all: the verdict is the one the full run would have reached. On an
+  A/A pair half the ratios are >= 1, so a challenger that cannot win stops after a few rounds.
+- When every challenger is decided, the re-measurement ends. A route decided drops out of the rotation."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -119,29 +141,133 @@ def median_interval(values: Sequence[float], confidence: float) -> tuple[float, 
     return median, float(x[k - 1]), float(x[n - k])
 
 
+def _binom_cdf(n: int, j: int) -> float:
+    """P(Binomial(n, 1/2) <= j)."""
+    return sum(math.comb(n, i) for i in range(j + 1)) / 2.0**n if j >= 0 else 0.0
+
+
+def _largest_k(n: int, level: float) -> int:
+    """The largest k with P(Binomial(n, 1/2) <= k - 1) <= level (0: none)."""
+    k = 0
+    while k < n and _binom_cdf(n, k) <= level:
+        k += 1
+    return k
+
+
+#: All looks together spend at most this share of the fixed design's nominal level per challenger: at
+#: 95% confidence, 1.5% of the 2.5% one-sided level (under the 2% wrong-winner target), where the fixed
+#: design spent
+#: what the sign test's discreteness left (often well under it). The final look keeps its boundary always.
+ERROR_CAP = 0.6
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """The sequential design of one re-measurement (see the module docstring): up to ``rounds`` ratios per
+    challenger, ``challengers`` of them sharing the error (Bonferroni)."""
+
+    margin: float
+    confidence: float
+    rounds: int
+    challengers: int = 1
+
+    @classmethod
+    def of(cls, settings: Confirm, challengers: int) -> Stopping:
+        return cls(settings.margin, settings.confidence, settings.rounds, max(1, challengers))
+
+    @functools.cached_property
+    def boundaries(self) -> dict[int, int]:
+        """Look (ratios so far) -> k: that look passes a challenger when at most k - 1 of its ratios are
+        >= 1 (the upper end of the order-statistic interval, ``x_(n+1-k)``, is below 1) and its median is
+        below 1 - margin. The final look first, with the fixed design's k; interim looks get the rest."""
+        tail = (1.0 - self.confidence) / 2.0 / self.challengers
+        n_final = self.rounds
+        k_final = _largest_k(n_final, tail)
+        out = {n_final: k_final} if k_final > 0 else {}
+        slack = ERROR_CAP * tail - (_binom_cdf(n_final, k_final - 1) if k_final > 0 else 0.0)
+        for n in range(2, n_final):
+            k = _largest_k(n, slack)
+            if k > 0:
+                out[n] = k
+                slack -= _binom_cdf(n, k - 1)
+        return dict(sorted(out.items()))
+
+    def verdict(self, ratios: Sequence[float]) -> tuple[str | None, int]:
+        """Replay the looks over ``ratios`` in order: ("pass" | "fail", ratios used), or (None, all of them)
+        while undecided."""
+        floor = 1.0 - self.margin
+        at_one = below_margin_fail = 0
+        looks = self.boundaries
+        for n, r in enumerate(ratios, start=1):
+            at_one += r >= 1.0
+            below_margin_fail += r >= floor
+            k = looks.get(n)
+            if k is not None and at_one <= k - 1 and statistics.median(ratios[:n]) < floor:
+                return "pass", n
+            # curtailment: can a later look (or this one, had it passed) still pass it?
+            if not any(at_one <= kj - 1 and below_margin_fail <= nj // 2 for nj, kj in looks.items() if nj > n):
+                return "fail", n
+            if n >= self.rounds:
+                return "fail", n
+        return None, len(ratios)
+
+
+def run_sequential(baseline: str, challengers: Sequence[str], stopping: Stopping,
+                   measure: Callable[[str, int], float]) -> list[tuple[str, float]]:
+    """The side-by-side schedule with sequential stopping, as the worker (and the replayed bench) run it:
+    B, then per round each undecided challenger (rotated as ``schedule`` rotates them) followed by B.
+    ``measure(route, round)`` times one turn and returns its median; the slots come back in order."""
+    slots = [(baseline, measure(baseline, 0))]
+    ratios: dict[str, list[float]] = {c: [] for c in challengers}
+    open_ = list(challengers)
+    for k in range(stopping.rounds):
+        if not open_:
+            break
+        for j in range(len(challengers)):
+            route = challengers[(j + k) % len(challengers)]
+            if route not in open_:
+                continue
+            t = measure(route, k)
+            prev = slots[-1][1]
+            slots.append((route, t))
+            if t > 0 and prev > 0:
+                ratios[route].append(t / prev)
+            if stopping.verdict(ratios[route])[0] is not None:
+                open_.remove(route)
+            if open_:  # the next challenger's baseline turn (none after the last decision)
+                slots.append((baseline, measure(baseline, k)))
+    return slots
+
+
 def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None = None) -> Decision:
     """Which challenger (if any) beats the baseline beyond the margin and the noise; of those, the one
     with the lowest median slot time wins.
 
-    Per challenger: the median of its paired ratios r (challenger time / baseline time) and its
-    order-statistic interval at ``settings.confidence`` split over the challengers (Bonferroni). It
-    passes when r < 1 - margin and the interval's upper end < 1."""
+    Per challenger: its paired ratios r (challenger time / baseline time) in the order measured, replayed
+    through the sequential design (``Stopping``): it passes at the first look whose boundary it meets
+    (its median below 1 - margin and the order-statistic interval's upper end below 1, at that look's
+    level), and fails once no look can pass it. The reason shows the median and the interval at
+    ``settings.confidence`` split over the challengers (Bonferroni) over the ratios the verdict used."""
     k = max(1, len(m.challengers))
     confidence = 1.0 - (1.0 - settings.confidence) / k
+    stopping = Stopping.of(settings, k)
     if label is None:
         label = "the default" if m.baseline == DEFAULT_ROUTE else f"the locked winner {describe(m.baseline)}"
     results = []
     for route in m.challengers:
         ratios = m.paired_ratios(route)
-        if len(ratios) < 2:
+        verdict, used = stopping.verdict(ratios)
+        ratios = ratios[:used]
+        if not ratios or (verdict is None and len(ratios) < 2):  # decided against at one ratio is shown
             results.append(ChallengerResult(route, None, None, None, len(ratios), False,
                                             "not confirmed: too few side-by-side rounds were measured"))
             continue
         median, low, high = median_interval(ratios, confidence)
         gain, noise = 1.0 - median, high - median
+        early = f", stopped early at {len(ratios)} of {settings.rounds}" if len(ratios) < settings.rounds else ""
         shown = (f"{median:.3f}x the time of {label} ({confidence:.1%} interval "
-                 f"{low:.3f}-{high:.3g}, {len(ratios)} interleaved rounds)")
-        if median < 1.0 - settings.margin and high < 1.0:
+                 f"{low:.3f}-{high:.3g}, {len(ratios)} interleaved rounds{early})")
+        if verdict == "pass":
             passed, reason = True, f"confirmed: {shown}; beats the margin {settings.margin:.1%} and the noise"
         elif median >= 1.0 - settings.margin:
             passed, reason = False, (f"not confirmed: {shown}; a gain of {gain:.1%} is not above the margin "
@@ -170,12 +296,31 @@ class Request:
     challengers: tuple[str, ...]
 
 
-def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], settings: Confirm) -> str:
-    """Cache key of a re-measurement: the job group, the routes and the re-measurement protocol (not the
-    margin or confidence, which only decide: changing them re-decides from the stored slots)."""
-    return canonical.digest([group_key, baseline, sorted(challengers),
-                             {"rounds": settings.rounds, "iterations": settings.iterations,
-                              "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION}], 32)
+#: The re-measurement's design, part of its cache key: "sequential-1" slots stop as ``Stopping`` decides,
+#: so they are not the fixed-length rounds of earlier versions (which read them under other keys).
+DESIGN = "sequential-1"
+
+
+def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], settings: Confirm,
+                  rule: bool = False) -> str:
+    """Cache key of a re-measurement: the job group, the routes and the re-measurement protocol. Not the
+    margin or confidence: a stored record is reused under another rule wherever it decides every challenger
+    under that rule too (``decides``; each challenger's ratios are a sequence any stopping rule may read).
+    ``rule``: the key of a record measured because the rule-free one did not decide under this rule (then
+    margin, confidence and the error cap are part of it)."""
+    protocol: dict[str, Any] = {"rounds": settings.rounds, "iterations": settings.iterations,
+                                "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION, "design": DESIGN}
+    if rule:
+        protocol.update(margin=settings.margin, confidence=settings.confidence, error_cap=ERROR_CAP)
+    return canonical.digest([group_key, baseline, sorted(challengers), protocol], 32)
+
+
+def decides(m: Remeasurement, settings: Confirm) -> bool:
+    """Whether ``m`` reaches a verdict on every challenger under ``settings`` (a record stopped early by
+    another rule may not: then it is measured anew, not decided from too few rounds)."""
+    stopping = Stopping.of(settings, len(m.challengers))
+    return all(stopping.verdict(m.paired_ratios(c))[0] is not None or len(m.paired_ratios(c)) >= settings.rounds
+               for c in m.challengers)
 
 
 Lookup = Callable[[str, tuple[str, ...]], Remeasurement | None]

@@ -14,7 +14,7 @@ from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
-from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key, resolve
+from trt_routes.selection.confirm import Remeasurement, Request, decides, remeasure_key, resolve
 from trt_routes.selection.rank import LossLookup, Selection, select
 
 
@@ -29,13 +29,20 @@ def locked_route(entry: LockEntry | None, job: Job) -> str | None:
 
 
 def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
-    """The lookup ``confirm.resolve`` takes: re-measurements of this job group from the cache."""
+    """The lookup ``confirm.resolve`` takes: re-measurements of this job group from the cache. The rule-free
+    record first (whatever margin and confidence it was measured under), when it decides under this rule;
+    else the one measured for this rule (``remeasure_key(rule=True)``)."""
     settings = job.strategy.confirm
 
     def lookup(baseline: str, challengers: tuple[str, ...]) -> Remeasurement | None:
         if settings is None:
             return None
         data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings))
+        if data is not None:
+            m = Remeasurement.from_json(data)
+            if decides(m, settings):
+                return m  # measured under another margin or confidence, and it decides under this one too
+        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings, rule=True))
         return Remeasurement.from_json(data) if data is not None else None
 
     return lookup

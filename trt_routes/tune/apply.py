@@ -6,6 +6,8 @@ its lock entry ``trt_routes.tune.locking``, what apply is asked and returns ``tr
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -25,7 +27,7 @@ from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.routes import describe, route_dict
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
-from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key, schedule
+from trt_routes.selection.confirm import Remeasurement, Request, Stopping, remeasure_key, schedule
 from trt_routes.selection.final import final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, select
 from trt_routes.share.remote import fetch_blob
@@ -49,6 +51,30 @@ __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "EXIT_WOR
            "to_record", "warmup_tasks"]
 
 
+#: Set to a file path: apply appends one JSON line per event there (``Timings``), for bench/tool_time.py.
+TIMINGS_VAR = "TRT_ROUTES_TIMINGS"
+
+
+class Timings:
+    """Apply's own timing events as JSON lines (``$TRT_ROUTES_TIMINGS``; off when unset): each has ``event``,
+    ``t`` (``time.time()``, comparable across processes) and what it measured (``build_s``, ``measure_s``
+    of a trial, a reference run or a re-measurement, as the worker reports them; ``s`` of a coordinator step)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path if path is not None else os.environ.get(TIMINGS_VAR) or None
+        self.lines: list[str] = []
+
+    def __call__(self, event: str, **fields: object) -> None:
+        if self.path is not None:
+            self.lines.append(json.dumps({"event": event, "t": time.time(), **fields}, default=str))
+
+    def flush(self) -> None:
+        if self.path is not None and self.lines:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write("\n".join(self.lines) + "\n")
+            self.lines = []
+
+
 def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list[str] | None = None) -> Plan:
     jobs = project.select_jobs(only)
     plan = make_plan(jobs, cache, lock, project.root, LossLookupFromBlobs(cache, project.store))
@@ -67,6 +93,7 @@ class Applier(TrialRunner):
         self.lock = lock
         self.options = options
         self.locks = LockWriter(project, cache, lock)
+        self.timings = Timings()
 
     # -- tuning several jobs at once ----------------------------------------------------------------
     def tune_jobs(self, jps: list[JobPlan], keep_going: bool) -> Iterator[JobOutcome]:
@@ -145,12 +172,19 @@ class Applier(TrialRunner):
             ticket, result = self.executor.wait()
             tuning = next(t for t in active if t.holds(ticket))  # what runs belongs to an active job
             if ticket == tuning.ref_ticket:
+                self.timings("reference", job=tuning.job.name, s=time.perf_counter() - tuning.ref_submitted,
+                             worker_s=result.meta.get("worker_s"))
                 self.take_reference(tuning, result, active)
                 continue
             if tuning.remeasuring is not None and ticket == tuning.remeasuring[0]:
+                self.timings("remeasure", job=tuning.job.name, measure_s=result.measure_s,
+                             slots=len(result.meta.get("slots") or []),
+                             challengers=len(tuning.remeasuring[1].challengers))
                 self.take_remeasurement(tuning, result)
                 continue
             route = tuning.in_flight.pop(ticket)
+            self.timings("trial", job=tuning.job.name, route=route, build_s=result.build_s,
+                         measure_s=result.measure_s)
             try:
                 tuning.trials[route] = self.record(tuning.job, route, result)
             except HostBusy as exc:  # measurement.busy: refuse
@@ -179,6 +213,7 @@ class Applier(TrialRunner):
             tuning.phase = Phase.REFERENCE
             if not any(t.job.reference_key == job.reference_key and t.phase is Phase.REFERENCE for t in active):
                 tuning.ref_ticket = self.executor.submit(self.reference_task(job), job.measurement.timeout_s)
+                tuning.ref_submitted = time.perf_counter()
         return tuning
 
     def take_reference(self, tuning: _Tuning, result: TaskResult, active: list[_Tuning]) -> None:
@@ -276,7 +311,10 @@ class Applier(TrialRunner):
         if self.executor.free_slots(tuning.job.target_data) < 1 and not force:
             return
         request = tuning.requests[0]
-        task = self.remeasure_task(tuning.job, tuning.trials, request)
+        try:
+            task = self.remeasure_task(tuning.job, tuning.trials, request)
+        except JobFailed as exc:  # its reference run (a reselection computes it here) failed
+            task = str(exc)
         if isinstance(task, str):
             self.confirmation_failed(tuning, task)
             return
@@ -298,8 +336,10 @@ class Applier(TrialRunner):
         meta = {k: v for k, v in result.meta.items() if k != "slots"}
         m = Remeasurement(request.baseline, request.challengers,
                           tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
-        facts.add_remeasurement(self.cache, remeasure_key(job.group_key, request.baseline, request.challengers,
-                                                          settings), job.group_key, job.name, m.to_json())
+        key = remeasure_key(job.group_key, request.baseline, request.challengers, settings)
+        if facts.remeasurement(self.cache, key) is not None:  # stored under another rule, undecided under this
+            key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, rule=True)
+        facts.add_remeasurement(self.cache, key, job.group_key, job.name, m.to_json())
         if not tuning.requests and tuning.halt is not Halt.CUT:
             self.next_confirmation_round(tuning)
 
@@ -326,7 +366,8 @@ class Applier(TrialRunner):
             backend=job.backend, spec=engines[0][1], store_root=str(self.store.root), inputs_sha=ref[0],
             engines=engines, order=tuple(schedule(request.baseline, request.challengers, settings.rounds)),
             iterations=settings.iterations, warmup=job.measurement.warmup,
-            settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms)
+            settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms,
+            stopping=Stopping.of(settings, len(request.challengers)))
 
     def finish(self, tuning: _Tuning) -> JobOutcome:
         """Decide (after confirmation), materialize the winner's engine and lock it."""
@@ -355,7 +396,9 @@ class Applier(TrialRunner):
                 if winner.status != "ok":
                     raise JobFailed(f"rebuilding the winner failed: {winner.error}")
             outcome.lock_entry = self.locks.entry(job, sel, winner, cands, outcome)
+            t0 = time.perf_counter()
             self.locks.commit(job, outcome.lock_entry, durable=outcome.built > 0)
+            self.timings("lock_write", job=job.name, s=time.perf_counter() - t0)
         except JobFailed as exc:
             outcome.error = str(exc)
         outcome.seconds = time.perf_counter() - tuning.started
@@ -410,6 +453,7 @@ class _Tuning:
     halt: Halt | None = None
     ref: tuple[str, str] | None = None  # (inputs sha, outputs sha) once known
     ref_ticket: int | None = None  # its reference run, while in flight
+    ref_submitted: float = 0.0  # when it was submitted (perf_counter), for the timing log
     error: str | None = None  # why it cannot go on (its reference run failed)
     in_flight: dict[int, str] = field(default_factory=dict)  # ticket -> route
     built: int = 0
@@ -474,6 +518,18 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
     ``executor_factory`` defaults to the executor ``options`` and the manifest's ``execution`` ask for."""
     options = options or ApplyOptions()
     reporter = reporter or SilentReporter()
+    timings = Timings()
+    timings("apply_start")
+    try:
+        return _apply(project, options, reporter, executor_factory, check_plan, timings)
+    finally:
+        timings("apply_end")
+        timings.flush()
+
+
+def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
+           executor_factory: Callable[[], Executor] | None,
+           check_plan: Callable[[Plan, CacheStore, Lockfile], None] | None, timings: Timings) -> ApplyResult:
     with exclusive(project):
         if executor_factory is None:
             from trt_routes.execute.config import execution_config, prepare
@@ -489,6 +545,7 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
                 for name, count in forget_failed(project, cache, options.only).items():
                     reporter.message(f"{name}: {count} crashed or timed-out trial(s) will run again")
             plan = compute_plan(project, cache, lock, options.only)
+            timings("plan_done")
             if check_plan is not None:
                 check_plan(plan, cache, lock)
             reporter.plan(plan)
@@ -497,7 +554,9 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
                 return result
             with executor_factory() as executor:
                 executor.warm(warmup_tasks(plan))
+                timings("executor_ready")
                 applier = Applier(project, cache, lock, reporter, options, executor)
+                applier.timings = timings
                 for jp in plan.jobs:
                     if jp.action == "up-to-date":
                         result.outcomes.append(JobOutcome(job=jp.job, action=jp.action, reused=jp.reused,
@@ -510,9 +569,12 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
                         result.stopped_early = True
                 order = {jp.job.name: i for i, jp in enumerate(plan.jobs)}
                 result.outcomes.sort(key=lambda o: order.get(o.job.name, len(order)))
+                timings("jobs_done")
             for name in plan.removed:
                 lock.jobs.pop(name, None)
+            t0 = time.perf_counter()
             lock.write()
+            timings("lock_write", s=time.perf_counter() - t0)
             result.lock_written = lock.writes > 0
             return result
         finally:

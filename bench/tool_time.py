@@ -1,0 +1,233 @@
+"""Benchmark: the time a user waits (issue 20).
+
+In one invocation:
+
+1. A fresh ``trt-routes apply`` of the quickstart (tuning.yaml and recipes/quickstart copied into a temporary
+   project), as a subprocess, timed end to end, with ``TRT_ROUTES_TIMINGS`` set so apply logs its own events
+   (``trt_routes.tune.apply.Timings``): the build and measure time of every trial, reference run and
+   side-by-side re-measurement as the worker reports it, the plan, the executor, the lock writes.
+2. A bare Python loop over the very routes that apply built, with the same protocol: per route one ONNX
+   Runtime session built and loaded through ``trt_routes.backends.onnxruntime`` (the same engines), then
+   the manifest's warmup, iterations and repeats. No executor, cache, plan or confirmation; also a
+   subprocess (interpreter and imports included), timed end to end.
+3. The no-op ``plan`` and ``apply`` with ``adaptive`` on bench/plan_overhead.py's synthetic project
+   (200 jobs, ~50k trials by default; real engines, so confirmation really happened).
+4. Optionally (``--aa-seeds N``) bench/search.py over the A/A landscapes (bench/landscapes/aa-*.json), the
+   sequential confirmation as the worker runs it: the worst wrong-winner rate of the confirmed strategies.
+
+Prints where apply's wall time goes, then as its LAST line::
+
+    apply/bare=X.XX confirm_share=Y.YY outside_measurement=Z.ZZ noop_plan_adaptive_s=S.SS noop_apply_adaptive_s=T.TT
+
+``confirm_share``: re-measurement time / apply's wall time; ``outside_measurement``: 1 - (trials' and
+re-measurements' build + measure time) / apply's wall time (reference runs count as outside: the bare loop
+needs none). ``--tiny``: two quickstart jobs, two knobs, a small measurement and a small synthetic project
+(for CI). Run: python bench/tool_time.py [--tiny] [--repeat N] [--aa-seeds 200]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TINY_GROUP = "-graph_optimization_level=[basic|all] -intra_op_num_threads=[1|2]"
+
+
+def quickstart_copy(dest: Path, tiny: bool) -> Path:
+    dest.mkdir(parents=True)
+    shutil.copytree(REPO / "recipes" / "quickstart", dest / "recipes" / "quickstart")
+    data = yaml.safe_load((REPO / "tuning.yaml").read_text())
+    if tiny:
+        data["switch_groups"] = {name: TINY_GROUP for name in data["switch_groups"]}
+        data["measurement"].update(warmup=2, iterations=5, repeats=3)
+        for strategy in data["strategies"].values():
+            if strategy.get("confirm"):
+                strategy["confirm"].update(rounds=5, iterations=5, slot_ms=2)
+        data["models"] = {"resnet-like": {**data["models"]["resnet-like"],
+                                          "shapes": {"bs1": data["models"]["resnet-like"]["shapes"]["bs1"]}}}
+    (dest / "tuning.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest / "tuning.yaml"
+
+
+def timed_apply(manifest: Path) -> tuple[float, list[dict[str, Any]]]:
+    """(wall seconds of ``trt-routes apply`` as a subprocess, its timing events)."""
+    log = manifest.parent / "timings.jsonl"
+    env = {**os.environ, "TRT_ROUTES_TIMINGS": str(log), "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+    cmd = [sys.executable, "-c", "from trt_routes.cli.app import main; main()", "apply", "--json"]
+    launched = time.time()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=manifest.parent, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"trt-routes apply failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    events.insert(0, {"event": "launch", "t": launched})
+    events.append({"event": "exit", "t": launched + wall})
+    return wall, events
+
+
+def built_routes(manifest: Path) -> list[tuple[str, str]]:
+    """(job, route) of every trial the apply built, in the order it built them (read from its cache)."""
+    from trt_routes.project import open_project
+
+    con = sqlite3.connect(open_project(manifest).cache_path)
+    try:
+        return [(j, r) for j, r in con.execute("SELECT job, route FROM trials ORDER BY rowid")]
+    finally:
+        con.close()
+
+
+def bare_loop_main(spec_path: Path) -> None:
+    """The bare loop itself (run as ``tool_time.py --bare SPEC``): build, load, time each route."""
+    import numpy as np
+
+    from trt_routes.backends.onnxruntime import OnnxRuntimeBackend
+    from trt_routes.project import open_project
+    from trt_routes.routes import route_dict
+
+    spec = json.loads(spec_path.read_text())
+    project = open_project(Path(spec["manifest"]))
+    jobs = {j.name: j for j in project.jobs}
+    backend = OnnxRuntimeBackend()
+    out = Path(spec["work"])
+    inside = 0.0
+    for i, (name, route) in enumerate(spec["routes"]):
+        job = jobs[name]
+        m = job.measurement
+        rng = np.random.default_rng(m.seed)
+        feeds = {k: rng.uniform(-1, 1, size=[int(d) for d in v["shape"]]).astype(np.float32)
+                 for k, v in sorted(job.inputs.items())}
+        build_spec = job.build_spec(route_dict(route))
+        engine = out / f"e{i}.onnx"
+        t0 = time.perf_counter()
+        backend.build(build_spec, engine)
+        runner = backend.load(engine, build_spec)
+        runner.time(feeds, m.warmup, m.iterations, m.repeats)
+        del runner
+        inside += time.perf_counter() - t0
+    (out / "inside.json").write_text(json.dumps({"build_measure_s": inside}))
+
+
+def timed_bare(manifest: Path, routes: list[tuple[str, str]], work: Path) -> tuple[float, float]:
+    """(wall seconds of the bare loop's process, seconds inside its build+load+time calls). It runs under the
+    worker's environment defaults (one OpenBLAS thread), as apply's trials do."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec = work / "bare.json"
+    spec.write_text(json.dumps({"manifest": str(manifest), "routes": routes, "work": str(work)}))
+    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--bare", str(spec)], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"bare loop failed:\n{proc.stderr[-3000:]}")
+    return wall, float(json.loads((work / "inside.json").read_text())["build_measure_s"])
+
+
+def breakdown(wall: float, events: list[dict[str, Any]]) -> dict[str, float]:
+    """Where apply's wall time went, in seconds (see the module docstring)."""
+    at = {e["event"]: e["t"] for e in events if e["event"] in ("launch", "apply_start", "plan_done",
+                                                               "executor_ready", "jobs_done", "apply_end", "exit")}
+
+    def s(key: str, kind: str) -> float:
+        return sum(float(e.get(key) or 0.0) for e in events if e["event"] == kind)
+
+    out = {
+        "start-up (interpreter, imports, CLI, project load)": at["apply_start"] - at["launch"],
+        "plan (cache, lock, diff)": at["plan_done"] - at["apply_start"],
+        "executor start": at["executor_ready"] - at["plan_done"],
+        "trials: build": s("build_s", "trial"),
+        "trials: measure": s("measure_s", "trial"),
+        "re-measurements (confirmation)": s("measure_s", "remeasure"),
+        "references (inside the worker; worker start-up, if first, outside)": s("worker_s", "reference"),
+        "lock writes": s("s", "lock_write"),
+        "worker shut-down": max(0.0, at["apply_end"] - at["jobs_done"] - sum(
+            float(e.get("s") or 0.0) for e in events if e["event"] == "lock_write" and "job" not in e)),
+        "exit (after apply returns)": at["exit"] - at["apply_end"],
+    }
+    out["coordination (worker start-up, pipes, scheduling, bookkeeping)"] = wall - sum(out.values())
+    return out
+
+
+def noop_adaptive(tiny: bool) -> tuple[float, float]:
+    sys.path.insert(0, str(REPO / "bench"))
+    import plan_overhead
+
+    models, shapes = (2, 2) if tiny else (20, 10)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        times = plan_overhead.noop_times(Path(tmpdir), models, shapes, "adaptive")
+    return times["plan_s"], times["apply_s"]
+
+
+def aa_wrong(seeds: int) -> float:
+    with tempfile.TemporaryDirectory() as tmpdir:
+        for f in sorted((REPO / "bench" / "landscapes").glob("aa-*.json")):
+            shutil.copy(f, Path(tmpdir) / f.name)
+        proc = subprocess.run([sys.executable, str(REPO / "bench" / "search.py"), tmpdir, "--seeds", str(seeds),
+                               "--strategies", "adaptive,fast,mixed,full"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench/search.py failed:\n{proc.stderr[-3000:]}")
+    print(proc.stdout.rstrip())
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("aa_wrong_winner_max="))
+    return float(line.split("=")[1].split()[0])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="few routes, a small measurement (CI)")
+    ap.add_argument("--repeat", type=int, default=1, help="apply and bare loop pairs (each reported; the "
+                    "last line uses their medians)")
+    ap.add_argument("--aa-seeds", type=int, default=0, help="also run bench/search.py on the A/A landscapes")
+    ap.add_argument("--bare", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.bare is not None:
+        bare_loop_main(args.bare)
+        return
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"# bench/tool_time.py {'--tiny ' if args.tiny else ''}({stamp}, "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
+    ratios, confirm, outside = [], [], []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        for k in range(args.repeat):
+            manifest = quickstart_copy(Path(tmpdir) / f"run{k}", args.tiny)
+            wall, events = timed_apply(manifest)
+            routes = built_routes(manifest)
+            bare, bare_inside = timed_bare(manifest, routes, Path(tmpdir) / f"bare{k}")
+            parts = breakdown(wall, events)
+            measured = parts["trials: build"] + parts["trials: measure"] + parts["re-measurements (confirmation)"]
+            ratios.append(wall / bare)
+            confirm.append(parts["re-measurements (confirmation)"] / wall)
+            outside.append(1.0 - measured / wall)
+            slots = sum(int(e.get("slots") or 0) for e in events if e["event"] == "remeasure")
+            print(f"\nrun {k + 1}: apply {wall:.2f} s ({len(routes)} trials, {slots} side-by-side turns), "
+                  f"bare loop over the same routes {bare:.2f} s: {wall / bare:.2f}x; load {os.getloadavg()[0]:.2f}")
+            print(f"  bare loop inside build+load+time: {bare_inside:.2f} s; apply's trials inside build+measure: "
+                  f"{parts['trials: build'] + parts['trials: measure']:.2f} s")
+            for name, secs in parts.items():
+                print(f"  {name:<66} {secs:7.3f} s  {secs / wall:6.1%}")
+    if args.aa_seeds:
+        print(f"\nA/A wrong-winner rate, worst over landscapes and confirmed strategies: {aa_wrong(args.aa_seeds):.1%}")
+    plan_s, apply_s = noop_adaptive(args.tiny)
+    print(f"\nno-op with adaptive ({'tiny' if args.tiny else '200 jobs'}): plan {plan_s:.3f} s, apply {apply_s:.3f} s")
+    print(f"apply/bare={statistics.median(ratios):.2f} confirm_share={statistics.median(confirm):.2f} "
+          f"outside_measurement={statistics.median(outside):.2f} noop_plan_adaptive_s={plan_s:.2f} "
+          f"noop_apply_adaptive_s={apply_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""bench/tool_time.py --tiny runs end to end (a real apply subprocess, a real bare loop, the synthetic no-op
+project): its last line parses and every number in it is finite and positive (no thresholds: CI machines vary)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAST = re.compile(r"^apply/bare=(\S+) confirm_share=(\S+) outside_measurement=(\S+) "
+                  r"noop_plan_adaptive_s=(\S+) noop_apply_adaptive_s=(\S+)$")
+
+
+def test_tool_time_tiny_last_line_parses_with_finite_positive_numbers(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "tool_time.py"), "--tiny"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    match = LAST.match(lines[-1])
+    assert match, lines[-1]
+    values = [float(v) for v in match.groups()]
+    assert all(math.isfinite(v) and v > 0 for v in values), values
+    assert "re-measurements (confirmation)" in proc.stdout and "bare loop over the same routes" in proc.stdout
