@@ -76,3 +76,18 @@ def loads_bounded(data: str | bytes, limit: int = MAX_JSON_DEPTH) -> Any:
     if not json_depth_ok(value, limit):
         raise JSONDepthError(f"JSON nested deeper than {limit} levels")
     return value
+
+
+#: Option names that look like credentials, and URLs that carry them: never stored (remotes, manifests).
+SECRET_NAME = re.compile(r"key|secret|token|passw|credential|auth|session|signature|cookie|bearer", re.IGNORECASE)
+URL_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/@?#]*@)", re.IGNORECASE)
+
+
+def looks_secret(name: str) -> bool:
+    return SECRET_NAME.search(name) is not None
+
+
+def has_userinfo(text: str) -> bool:
+    """``text`` is a URL with ``user:password@`` in it."""
+    return URL_USERINFO.match(text.strip()) is not None
+

@@ -245,3 +245,49 @@ def test_credentials_are_never_stored_with_a_remote(a: Path, tmp_path: Path) -> 
     assert json_.loads(stored) == {"auto_mkdir": "true", "endpoint_url": "http://host:9000"}
     raw = (a.parent / "caches" / "trials.sqlite").read_bytes()
     assert b"s3cr3t" not in raw and b"AK:SK" not in raw and b"t0k" not in raw
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_remotes_by_name_with_a_default(a: Path, tmp_path: Path) -> None:
+    """`remotes:` in tuning.yaml: push and pull by name, or with no name the default remote."""
+    team, other = tmp_path / "team", tmp_path / "other"
+    edit_manifest(a, lambda d: d.__setitem__("remotes", {"team": {"url": str(team), "default": True},
+                                                         "other": {"url": other.as_uri()}}))
+    code, out = _cli("cache", "push", "-m", str(a))  # no name: the default
+    assert code == 0, out
+    assert (team / "segments").is_dir() and not other.exists()
+    code, out = _cli("cache", "push", "other", "-m", str(a))
+    assert code == 0 and (other / "segments").is_dir(), out
+    c = fresh_clone(a, tmp_path / "c")
+    code, out = _cli("cache", "pull", "-m", str(c))
+    assert code == 0, out
+    with machine(c).open_cache() as cache:
+        assert cache.all_trials()  # merged from the default remote
+    code, out = _cli("cache", "pull", "nosuchremote", "-m", str(c))  # not a name: taken as a folder
+    assert code != 0 and "Traceback" not in out
+
+
+@pytest.mark.parametrize("remote", [
+    {"url": "s3://bucket/p", "options": {"aws_secret_access_key": "x"}},
+    {"url": "http://KEY:SECRET@host/p"},
+    {"url": "s3://bucket/p", "options": {"endpoint_url": "http://KEY:SECRET@127.0.0.1:9000"}},
+])
+def test_remotes_in_the_manifest_never_hold_credentials(a: Path, remote: dict[str, object]) -> None:
+    edit_manifest(a, lambda d: d.__setitem__("remotes", {"team": remote}))
+    code, out = _cli("validate", "-m", str(a))
+    assert code == 2 and "tuning.yaml:" in out and "credential" in out, out
+
+
+def test_two_default_remotes_and_no_default_are_usage_errors(a: Path, tmp_path: Path) -> None:
+    edit_manifest(a, lambda d: d.__setitem__("remotes", {"x": {"url": str(tmp_path / "x"), "default": True},
+                                                         "y": {"url": str(tmp_path / "y"), "default": True}}))
+    code, out = _cli("validate", "-m", str(a))
+    assert code == 2 and "both marked default" in out, out
+    edit_manifest(a, lambda d: d.__setitem__("remotes", {"x": {"url": str(tmp_path / "x")},
+                                                         "y": {"url": str(tmp_path / "y")}}))
+    code, out = _cli("cache", "push", "-m", str(a))
+    assert code == 2 and "names no default remote" in out, out

@@ -74,9 +74,13 @@ def cache_import(
             typer.echo(r.text())
 
 
+REMOTE_HELP = ("A remote named in tuning.yaml's remotes: (default: the one marked default), or a folder, "
+               "file:///path or s3://bucket/prefix.")
+
+
 @app.command("push")
 def cache_push(
-    url: Annotated[str, typer.Argument(help="Remote: a folder, file:///path or s3://bucket/prefix.")],
+    url: Annotated[str | None, typer.Argument(help=REMOTE_HELP)] = None,
     option: RemoteOptionOpt = None,
     all_engines: Annotated[bool, typer.Option("--all-engines", help="Push the engine of every pushed trial, "
                                               "not only those tuning.lock references.")] = False,
@@ -86,9 +90,11 @@ def cache_push(
     as_json: JsonOpt = False,
 ) -> None:
     """Push the trials the remote lacks (one immutable segment) and the locked engines."""
-    from trt_routes.share.remote import parse_options, push
+    from trt_routes.share.remote import push, resolve_remote
 
-    r = push(open_project(manifest), url, parse_options(option), all_engines=all_engines, everything=everything)
+    project = open_project(manifest)
+    where, options = resolve_remote(project, url, option)
+    r = push(project, where, options, all_engines=all_engines, everything=everything)
     if as_json:
         write_json("cache-push", r.to_json())
     else:
@@ -98,7 +104,7 @@ def cache_push(
 
 @app.command("pull")
 def cache_pull(
-    url: Annotated[str, typer.Argument(help="Remote: a folder, file:///path or s3://bucket/prefix.")],
+    url: Annotated[str | None, typer.Argument(help=REMOTE_HELP)] = None,
     option: RemoteOptionOpt = None,
     manifest: ManifestOpt = Path("tuning.yaml"),
     as_json: JsonOpt = False,
@@ -106,9 +112,11 @@ def cache_pull(
     """Merge every remote segment not merged yet and materialize tuning.lock's engines (sha256 verified), as
     `dvc pull` checks out; other engines are fetched when a job needs one. Exit 2 when a segment was rejected
     (the others are merged, none half-way)."""
-    from trt_routes.share.remote import parse_options, pull
+    from trt_routes.share.remote import pull, resolve_remote
 
-    r = pull(open_project(manifest), url, parse_options(option))
+    project = open_project(manifest)
+    where, options = resolve_remote(project, url, option)
+    r = pull(project, where, options)
     if as_json:
         write_json("cache-pull", r.to_json())
     else:

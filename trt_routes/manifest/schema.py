@@ -23,6 +23,8 @@ from pydantic import (
 )
 from pydantic import Strict as StrictType
 
+from trt_routes.text import has_userinfo, looks_secret
+
 SCHEMA_VERSION = 1
 
 
@@ -286,6 +288,32 @@ class Execution(Strict):
     max_retries: Int = Field(default=2, ge=0, le=100, description="ray: retries of a trial whose worker or node died")
 
 
+class Remote(Strict):
+    """A named cache remote (``cache push/pull NAME``): its URL and fsspec storage options, never credentials
+    (those come from the storage backend's own chain: the environment, ~/.aws/credentials...)."""
+
+    url: PathText
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    default: bool = Field(default=False, description="push and pull use this remote when none is named")
+
+    @field_validator("url")
+    @classmethod
+    def _no_userinfo(cls, v: str) -> str:
+        if has_userinfo(v):
+            raise ValueError("the URL carries credentials (user:password@): give them through the environment "
+                             "(AWS_ACCESS_KEY_ID...) or ~/.aws/credentials, never in tuning.yaml")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, v: dict[str, object]) -> dict[str, object]:
+        for key, value in v.items():
+            if looks_secret(key) or (isinstance(value, str) and has_userinfo(value)):
+                raise ValueError(f"option {key!r} looks like a credential: credentials are never written in "
+                                 "tuning.yaml (the storage backend reads them from the environment)")
+        return v
+
+
 class Paths(Strict):
     """Where things live, relative to the manifest's folder."""
 
@@ -374,6 +402,15 @@ class Manifest(Strict):
     tolerances: dict[Name, Tolerance] = Field(default_factory=dict)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     models: dict[Name, Model] = Field(min_length=1)
+    remotes: dict[Name, Remote] = Field(default_factory=dict, description="named cache remotes for cache "
+                                        "push/pull")
+
+    @model_validator(mode="after")
+    def _one_default_remote(self) -> Manifest:
+        marked = sorted(n for n, r in self.remotes.items() if r.default)
+        if len(marked) > 1:
+            raise ValueError(f"remotes: {' and '.join(marked)} are both marked default: mark one")
+        return self
 
     @model_validator(mode="after")
     def _references(self) -> Manifest:

@@ -37,7 +37,7 @@ from trt_routes.share.merge import (
     search_row_key,
     searches_of,
 )
-from trt_routes.text import loads_bounded
+from trt_routes.text import SECRET_NAME, URL_USERINFO, has_userinfo, loads_bounded
 
 if TYPE_CHECKING:
     from trt_routes.project import Project
@@ -46,8 +46,8 @@ REMOTE_FORMAT = "trt-routes-remote"
 REMOTE_VERSION = 1
 MARKER = "trt-routes-remote.json"
 _SEGMENT = re.compile(r"^([0-9a-f]{64})\.tar\.gz$")
-_SECRET = re.compile(r"key|secret|token|passw|credential|auth|session|signature|cookie|bearer", re.IGNORECASE)
-_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/@?#]*@)", re.IGNORECASE)
+_SECRET = SECRET_NAME
+_USERINFO = URL_USERINFO
 #: Caps on what a remote may hand us before it is read: its marker, and each segment (a bundle of trials).
 MAX_MARKER_BYTES = 64 << 10
 MAX_SEGMENT_BYTES = 512 << 20
@@ -56,10 +56,6 @@ MAX_SEGMENT_BYTES = 512 << 20
 def redact_url(text: str) -> str:
     """``text`` with the userinfo of a URL (``http://KEY:SECRET@host``) removed."""
     return _USERINFO.sub(r"\1", text)
-
-
-def has_userinfo(text: str) -> bool:
-    return _USERINFO.match(text.strip()) is not None
 
 
 def normalize_url(url: str) -> str:
@@ -421,3 +417,22 @@ def fetch_blob(cache: CacheStore, store: BlobStore, sha: str, say: Callable[[str
         except Exception as exc:  # network, credentials, missing s3fs: the cache is never fatal
             say(f"could not fetch engine {sha[:12]} from {url}: {exc}")
     return False
+
+
+def resolve_remote(project: Project, given: str | None, pairs: list[str] | None) -> tuple[str, dict[str, str]]:
+    """(URL, storage options) of the remote ``given`` on the command line: a name from tuning.yaml's
+    ``remotes:`` (its options, overridden by ``--option``), else a URL or folder; None: the default remote
+    (the one marked ``default: true``, or the only one)."""
+    remotes = project.loaded.manifest.remotes
+    if given is None:
+        marked = [n for n, r in remotes.items() if r.default] or (list(remotes) if len(remotes) == 1 else [])
+        if not marked:
+            raise UsageError("no remote given, and tuning.yaml names no default remote",
+                             "give a URL or a name, or add `remotes: {team: {url: s3://bucket/prefix, default: "
+                             "true}}` to tuning.yaml")
+        given = marked[0]
+    if given in remotes:
+        remote = remotes[given]
+        return remote.url, {**{k: str(v) for k, v in remote.options.items()}, **parse_options(pairs)}
+    return given, parse_options(pairs)
+
