@@ -118,6 +118,27 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, tiny_models: dict[s
     assert int(attrs["data-marks"]) >= points + 2 + 2
 
 
+@pytest.mark.skipif(BROWSER is None, reason="no chromium installed (apt-get install chromium)")
+@pytest.mark.parametrize("width", [1280, 1440, 1920])
+def test_no_table_spills_past_its_card(width: int, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """The summary table (long routes, long decisions) stays inside its card at common window widths."""
+    group = ("-graph_optimization_level=[basic|all] -intra_op_num_threads=[1|2] -disable:NchwcTransformer=[off|on] "
+             "-allow_spinning=[0|1] -disable_prepacking=[0|1]")
+    project = open_project(make_project(tmp_path / "p", tiny_models, group=group, mode="full"))
+    assert apply(project).exit_code == 0
+    path = tmp_path / "report.html"
+    write_report(open_project(project.loaded.path), path)
+    proc = subprocess.run(
+        [str(BROWSER), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'ud'}",
+         f"--window-size={width},900", "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+    body = re.search(r"<body[^>]*>", proc.stdout)
+    assert body is not None, proc.stderr[-2000:]
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(0)))
+    assert attrs["data-rendered"] == "ok"
+    assert attrs["data-spills"] == "0", f"{attrs['data-spills']} table(s) spill past their card at {width} px"
+
+
 def test_jobs_that_cannot_run_here_are_listed_with_the_reason(project: Project) -> None:
     edit_manifest(project.loaded.path, lambda d: d.update(targets={"cpu": {"kind": "cpu"},
                                                                    "h200": {"kind": "gpu", "name": "*H200*"}},

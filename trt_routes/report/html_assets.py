@@ -20,7 +20,8 @@ nav a, td a { color:var(--ok); text-decoration:none; }
 main { max-width:1120px; margin:0 auto; padding:18px 20px 40px; }
 section { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:16px 18px;
   margin:0 0 18px; }
-table code { white-space:nowrap; }
+table code { white-space:normal; overflow-wrap:anywhere; }  /* long routes wrap inside their cell */
+td { overflow-wrap:anywhere; }
 code { font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; }
 table { border-collapse:collapse; width:100%; margin-top:10px; font-size:13px; }
 th, td { text-align:left; padding:4px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
@@ -125,5 +126,15 @@ JS = """
   document.body.setAttribute('data-plots-drawn', String(drawn));
   document.body.setAttribute('data-marks', String(marks));
   document.body.setAttribute('data-rendered', drawn === plots.length ? 'ok' : 'partial');
+  // Check that no table spills past its card (the summary table used to, at 1400 and 1920 px).
+  var spills = 0;
+  Array.prototype.forEach.call(document.querySelectorAll('section'), function (card) {
+    var edge = card.getBoundingClientRect().right;
+    Array.prototype.forEach.call(card.querySelectorAll('table'), function (t) {
+      if (t.getBoundingClientRect().right > edge + 1) { spills += 1; }
+    });
+  });
+  document.body.setAttribute('data-spills', String(spills));
+  document.body.setAttribute('data-width', String(window.innerWidth));
 })();
 """
