@@ -18,6 +18,7 @@ from typing import Any
 from trt_routes import PROTOCOL_VERSION, canonical
 from trt_routes.backends import registry
 from trt_routes.backends.base import Backend, BuildSpec, InputMismatch, SettingError
+from trt_routes.backends.meters import unmeasurable
 from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, RouteError, TrtRoutesError, UsageError
 from trt_routes.manifest.load import LoadedManifest
@@ -26,6 +27,7 @@ from trt_routes.manifest.schema import (
     Baseline,
     DimRange,
     Measurement,
+    Objective,
     ReferenceFiles,
     Strategy,
     Tolerance,
@@ -77,6 +79,8 @@ class Job:
     #: how the manifest named it (``preset max-autotune``, ``route -k=v``, or ``default``)
     baseline: str = DEFAULT_ROUTE
     baseline_source: str = "default"
+    objective_name: str = ""  # the manifest's objectives: not part of any trial key (trt_routes.facts)
+    objective: Objective | None = None
 
     @cached_property
     def shape_key(self) -> str:
@@ -208,6 +212,22 @@ class Resolver:
             except SettingError as exc:
                 self._entry_digests[key] = (None, str(exc))
         return self._entry_digests[key]
+
+    def check_objective(self, backend: Backend, mname: str, target: dict[str, Any]) -> None:
+        """An objective that ranks by or limits a fact this host cannot measure for the target (energy
+        without RAPL or NVML) is an error at validate, at the fact: every route would lack it."""
+        name, objective = self.loaded.manifest.objective_for(mname)
+        if objective is None:
+            return
+        found = unmeasurable(objective.facts, target, backend.reported_facts(target))
+        if found is None:
+            return
+        fact, why = found
+        where = ("objectives", name, "rank") if objective.rank == fact else ("objectives", name, "limits", fact)
+        raise self.loaded.error(where, f"objective '{name}' needs {fact}, which model '{mname}' cannot measure on "
+                                f"target '{target.get('target')}': {why}",
+                                "rank or limit by facts this host measures (latency.p50, latency.p99, throughput, "
+                                "device_memory_mb, engine_mb, build_s), or give the model another objective")
 
     def check_job(self, backend: Backend, mname: str, spec: BuildSpec, expression: Expression | None,
                   group: str) -> None:
@@ -341,6 +361,10 @@ class Resolver:
                         if catalog is not None:
                             baseline, baseline_source = self.baseline(backend, mname, eff.baseline, check_spec,
                                                                       catalog)
+                    objective_name, objective = m.objective_for(mname)
+                    if hardware is not None and blocked is None and isinstance(backend, Backend):
+                        self.check_objective(backend, mname,
+                                             {**target.model_dump(), "device": hardware, "target": tname})
                     jobs.append(Job(
                         name=job_name(mname, sname, tname), model=mname, shape=sname, target=tname,
                         backend=eff.backend, model_path=path, model_digest=digest or "",
@@ -355,6 +379,7 @@ class Resolver:
                         reference_version=backend.reference_version() if isinstance(backend, Backend) else "",
                         blocked=blocked, block_kind=kind, entry=model.entry or "",
                         baseline=baseline, baseline_source=baseline_source,
+                        objective_name=objective_name, objective=objective,
                     ))
         return jobs
 

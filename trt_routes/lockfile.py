@@ -137,6 +137,14 @@ class LockSelection(LockRecord):
     confirmation: dict[str, Any] | None = None
 
 
+class LockObjective(LockRecord):
+    """The objective the winner was chosen by (the manifest's ``objectives``): its name, rank fact, limits."""
+
+    name: str | None = None
+    rank: str | None = None
+    limits: dict[str, Any] | None = None
+
+
 class LockEntry(LockRecord):
     """One job's lock entry: the chosen route, its evidence and the engine. Built only by
     ``trt_routes.tune.locking``; every field may be absent in an entry written by hand or by an older
@@ -163,6 +171,11 @@ class LockEntry(LockRecord):
     engine: LockEngine | None = None
     trials: LockTrialCounts | None = None
     selection: LockSelection | None = None
+    #: the objective that ranked (null: the lowest median, the rule without ``objectives``)
+    objective: LockObjective | None = None
+    #: the winner's facts (``trt_routes.facts``: latency.p50/p90/p99, throughput, device_memory_mb,
+    #: engine_mb, build_s, energy); a fact the trial lacks is left out
+    facts: dict[str, Any] | None = None
 
     @property
     def engine_sha256(self) -> str:

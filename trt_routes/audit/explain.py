@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.facts import Front, batch_of
 from trt_routes.jobs import Job, find_job
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.noise import busy_summary
@@ -22,7 +23,7 @@ from trt_routes.routes import describe
 from trt_routes.search.job import job_search
 from trt_routes.selection.final import confirmation_lines, final_selection
 from trt_routes.selection.headline import headline
-from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
+from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, front_lines, pareto_front, trial_facts
 
 CONFIDENCE = 0.95
 _RESAMPLES = 2000
@@ -85,6 +86,8 @@ class Explanation:
     decision: list[str] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
     older: list[dict[str, Any]] = field(default_factory=list)
+    #: the Pareto front of the eligible routes over the objective's facts (``selection.rank.pareto_front``)
+    front: Front | None = None
 
     def verdict(self, route: str) -> str:
         v = self.selection.verdict(route) if self.selection else None
@@ -110,7 +113,7 @@ class Explanation:
                 {"route": t.route, "status": t.status, "median_ms": t.median_ms,
                  "ci_ms": [t.ci_low, t.ci_high], "losses": t.losses, "build_s": t.build_s,
                  "error": t.error or None, "created_at": t.created_at, "host": t.host, "source": t.source,
-                 "verdict": self.verdict(t.route)}
+                 "verdict": self.verdict(t.route), "facts": trial_facts(t, batch_of(self.job.inputs))}
                 for t in self.trials
             ],
             "signature": self.signature,
@@ -119,6 +122,11 @@ class Explanation:
             "history": self.decisions,
             "trials_under_other_signatures": self.other_groups,
             "older_groups": self.older,
+            "objective": ({"name": self.job.objective_name, **self.job.objective.model_dump(mode="json")}
+                          if self.job.objective is not None else None),
+            "pareto": ({"axes": list(self.front.axes), "front": list(self.front.front),
+                        "dominated": {r: {"by": by, "reason": why} for r, (by, why) in self.front.dominated.items()}}
+                       if self.front is not None else None),
         }
 
 
@@ -146,6 +154,8 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
     if sel is not None:
         ex.margin, ex.decision = _decision(job, sel, trials, entry)
         ex.decision += confirmation_lines(sel, pending)
+        ex.front = pareto_front(sel, job.objective)
+        ex.decision += front_lines(sel, job.objective)
         if (busy := busy_summary((t.meta for t in trials.values()), job.measurement.busy)) is not None:
             ex.decision.append(f"Busy host: {busy}.")
     ex.provenance = _provenance(job, trials, sel)

@@ -152,6 +152,11 @@ class Backend(ABC):
         """None when this backend can build for ``target`` (a Target as data), else why not."""
         return None
 
+    def reported_facts(self, target: Mapping[str, Any]) -> frozenset[str]:
+        """Facts (``trt_routes.facts``) this backend's runners report themselves on ``target`` (a runner's
+        ``facts()``), beyond what the worker measures; validation lets objectives use them anywhere."""
+        return frozenset()
+
     # -- worker side ------------------------------------------------------------------------
     @abstractmethod
     def build(self, spec: BuildSpec, engine_path: Path) -> str:

@@ -60,6 +60,21 @@ class LandscapeRoute(_Strict):
     losses: dict[str, float | None] = Field(
         default_factory=dict, description="metric -> loss of the one output; null: not finite (NaN/Inf outputs)")
     build_s: float = Field(default=0.0, ge=0)
+    facts: dict[str, float] = Field(default_factory=dict, description="recorded facts beside the samples "
+                                    "(device_memory_mb, engine_mb, energy, ...: trt_routes.facts); absent: "
+                                    "not recorded")
+
+    @field_validator("facts")
+    @classmethod
+    def _known_facts(cls, v: dict[str, float]) -> dict[str, float]:
+        from trt_routes.manifest.schema import FACTS
+
+        for key, value in v.items():
+            if key not in FACTS:
+                raise ValueError(f"unknown fact '{key}' (facts: {', '.join(FACTS)})")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"fact '{key}' must be a finite non-negative number, got {value}")
+        return v
 
     @field_validator("samples_ms")
     @classmethod
@@ -102,7 +117,7 @@ class Landscape:
 
     @cached_property
     def digest(self) -> str:
-        return canon.digest(self.data.model_dump(mode="json", by_alias=True), 16)
+        return canon.digest(self.to_json(), 16)
 
     @cached_property
     def routes(self) -> dict[str, LandscapeRoute]:
@@ -153,7 +168,13 @@ class Landscape:
         return [float(r.samples_ms[(start + i) % n]) for i in range(iterations)]
 
     def to_json(self) -> dict[str, Any]:
-        return self.data.model_dump(mode="json", by_alias=True)
+        """The file as JSON; a route without recorded facts has no ``facts`` key (so landscapes recorded
+        before facts existed keep their digest)."""
+        data = self.data.model_dump(mode="json", by_alias=True)
+        for row in data["routes"]:
+            if not row.get("facts"):
+                row.pop("facts", None)
+        return data
 
 
 def draw_blocks(samples: Sequence[float], iterations: int, repeats: int, rng: np.random.Generator) -> list[float]:

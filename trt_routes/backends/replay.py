@@ -86,6 +86,10 @@ class ReplayRunner:
             return {OUTPUT: np.full(_SIZE, np.nan)}
         return {OUTPUT: self.output.copy()}
 
+    def facts(self) -> dict[str, float]:
+        """The route's recorded facts (memory, engine size, energy): the backend's own accounting."""
+        return dict(self.recorded.facts)
+
     def time(self, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
         """Blocks of recorded samples; each call draws anew, deterministically per (seed, route, call)."""
         self.calls += 1
@@ -131,6 +135,11 @@ class ReplayBackend(Backend):
 
     def catalog(self) -> Catalog:
         return self.landscape().catalog
+
+    def reported_facts(self, target: Mapping[str, Any]) -> frozenset[str]:
+        """The facts the landscape records for every ok route (replayed wherever it runs)."""
+        ok = [r for r in self.landscape().routes.values() if r.status == "ok"]
+        return frozenset.intersection(*(frozenset(r.facts) for r in ok)) if ok else frozenset()
 
     def software(self) -> dict[str, str]:
         land = self.landscape()

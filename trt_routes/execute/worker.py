@@ -29,10 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_routes import measure
+from trt_routes import facts, measure
 from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
+from trt_routes.backends.meters import EnergyMeter, MemoryMeter
 from trt_routes.errors import StorageError, storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
@@ -117,6 +118,7 @@ def run_trial(task: TrialTask) -> TaskResult:
     if not engine_tmp.is_file():
         return TaskResult(status="build-error", error=f"the {task.backend} build wrote no engine", log=log,
                           build_s=build_s)
+    engine_bytes = _size(engine_tmp)
     with own_files("storing the engine"):
         engine_sha = store.put_file(engine_tmp, move=True)
     t1 = time.perf_counter()
@@ -125,6 +127,11 @@ def run_trial(task: TrialTask) -> TaskResult:
     result.log, result.build_s, result.engine_sha256 = log, build_s, engine_sha
     result.measure_s = time.perf_counter() - t1  # load, check, time and release the engine
     result.meta.update(noise.finish())
+    if result.samples:
+        stored = result.meta.setdefault("facts", {})
+        stored["build_s"] = build_s
+        if engine_bytes is not None:
+            stored.setdefault("engine_mb", engine_bytes / 1e6)
     if not all(math.isfinite(s) for s in result.samples):  # summarized by the coordinator, which needs numbers
         result.status, result.error = "crashed", "the backend returned unusable timings (NaN or Inf samples)"
     return result
@@ -136,6 +143,7 @@ def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine:
     with own_files("reading the reference inputs"):
         feeds = store.get_arrays(task.inputs_sha)
         reference = store.get_arrays(task.reference_sha)
+    memory = MemoryMeter(task.spec.target)
     runner = backend.load(engine, task.spec)
     outputs = runner.run(feeds)
     with own_files("storing the outputs"):
@@ -152,9 +160,39 @@ def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine:
         if failed:
             result.status, result.error = "accuracy-failed", failed
             return result
+    energy = EnergyMeter(task.spec.target)
     result.samples, meta = timed_samples(runner, feeds, task.warmup, task.iterations, task.repeats, task.settle)
     result.meta.update(meta)
+    result.meta["facts"] = _facts(task, runner, result, energy, memory)
     return result
+
+
+def _facts(task: TrialTask, runner: object, result: TaskResult, energy: EnergyMeter,
+           memory: MemoryMeter) -> dict[str, object]:
+    """The trial's facts beside its samples (``trt_routes.facts``); the runner's own accounting
+    (``runner.facts()``, e.g. a replayed landscape's) replaces what the worker measured. Energy counts
+    every run of the engine since the fixed warm-up (warm-up, settle and timed runs) times the batch."""
+    batch = facts.batch_of(task.spec.inputs)
+    runs = (task.warmup + 1 if task.warmup else 0) + int(result.meta.get("settle_runs", 0)) + len(result.samples)
+    out: dict[str, object] = {**facts.latency_facts(result.samples), "batch": batch}
+    out.update(energy.finish(runs * batch))
+    out.update(memory.finish())
+    own = getattr(runner, "facts", None)
+    if callable(own):
+        out.update(own())
+    if out.get("latency.p50"):
+        out["throughput"] = batch / (float(out["latency.p50"]) / 1000.0)  # type: ignore[arg-type]
+    return out
+
+
+def _size(path: Path) -> int | None:
+    """Bytes of an engine file, or of every file in an engine folder; None if it is gone."""
+    try:
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def profile_points(profile: dict[str, dict[str, list[int]]]) -> list[str]:

@@ -178,6 +178,50 @@ class Confirm(Strict):
                               "split over the challengers (Bonferroni)")
 
 
+#: The facts a trial records beside its samples (``trt_routes.facts``): what objectives rank by and limit.
+FACTS = ("latency.p50", "latency.p90", "latency.p99", "throughput", "device_memory_mb", "engine_mb", "build_s",
+         "energy")
+
+
+def _fact_name(v: object, where: str) -> str:
+    import difflib
+
+    if not isinstance(v, str):
+        raise ValueError(f"expected a fact name in {where}, got {type(v).__name__}")
+    if v not in FACTS:
+        close = difflib.get_close_matches(v, FACTS, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"unknown fact '{v}'{hint} (facts: {', '.join(FACTS)})")
+    return v
+
+
+class Objective(Strict):
+    """A named objective: ``rank`` is the fact that orders the eligible routes (lower is better, but
+    ``throughput``: higher), ``limits`` are upper bounds on facts (a route over one is not eligible; a route
+    that lacks the fact is not eligible either). Like a tolerance, not part of any trial's key."""
+
+    rank: str = Field(default="latency.p50", description="one fact: " + ", ".join(FACTS))
+    limits: dict[str, Number] = Field(default_factory=dict, description="fact -> upper bound")
+
+    @field_validator("rank", mode="before")
+    @classmethod
+    def _rank_fact(cls, v: object) -> object:
+        return _fact_name(v, "rank")
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limit_facts(cls, v: object) -> object:
+        if isinstance(v, Mapping):
+            for key in v:
+                _fact_name(key, "limits")
+        return v
+
+    @property
+    def facts(self) -> tuple[str, ...]:
+        """Every fact the objective reads: the rank first, then the limits."""
+        return tuple(dict.fromkeys([self.rank, *sorted(self.limits)]))
+
+
 def switchable_section(v: object) -> object:
     """A section that can also be written as a switch: ``false`` turns it off (None), ``true`` means its
     defaults."""
@@ -348,6 +392,7 @@ class JobDefaults(Strict):
     switch_group: Name | None = None
     strategy: Name | None = None
     tolerance: Name | None = None
+    objective: Name | None = Field(default=None, description="a name in objectives; none: lowest latency.p50")
     settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
     baseline: Baseline | None = None
 
@@ -358,6 +403,7 @@ class ModelDefaults(Strict):
     switch_group: Name | None = None
     strategy: Name | None = None
     tolerance: Name | None = None
+    objective: Name | None = None
     settings: dict[str, str | int | float | bool] | None = None
     baseline: Baseline | None = None
 
@@ -400,6 +446,7 @@ class Manifest(Strict):
     switch_groups: dict[Name, str] = Field(default_factory=dict)
     strategies: dict[Name, Strategy] = Field(default_factory=lambda: {"adaptive": Strategy()})
     tolerances: dict[Name, Tolerance] = Field(default_factory=dict)
+    objectives: dict[Name, Objective] = Field(default_factory=dict)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     models: dict[Name, Model] = Field(min_length=1)
     remotes: dict[Name, Remote] = Field(default_factory=dict, description="named cache remotes for cache "
@@ -423,9 +470,10 @@ class Manifest(Strict):
                 ("switch group", eff.switch_group, self.switch_groups),
                 ("strategy", eff.strategy, self.strategies),
                 ("tolerance", eff.tolerance, self.tolerances),
+                ("objective", eff.objective, self.objectives),
             ):
                 if name is None:
-                    if kind == "strategy":
+                    if kind in ("strategy", "objective"):
                         continue
                     raise ValueError(f"model '{mname}' has no {kind}: set defaults.{_field(kind)} "
                                      f"or models.{mname}.{_field(kind)}")
@@ -445,9 +493,15 @@ class Manifest(Strict):
             strategy=m.strategy or d.strategy or next((n for n in ("adaptive", "fast") if n in self.strategies),
                                                       None),
             tolerance=m.tolerance or d.tolerance,
+            objective=m.objective or d.objective,
             settings={**d.settings, **(m.settings or {})},
             baseline=m.baseline if m.baseline is not None else d.baseline,
         )
+
+    def objective_for(self, model: str) -> tuple[str, Objective | None]:
+        """The model's objective by name; ("", None) without one (the lowest latency.p50 wins, as always)."""
+        name = self.effective(model).objective
+        return (name, self.objectives[name]) if name else ("", None)
 
     def strategy_for(self, model: str) -> tuple[str, Strategy]:
         name = self.effective(model).strategy

@@ -14,6 +14,7 @@ from trt_routes import canonical
 from trt_routes.artifacts import file_digest
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Tolerance
@@ -22,7 +23,7 @@ from trt_routes.routes import describe
 from trt_routes.search import Outcome, cached_search, make_search
 from trt_routes.search.job import JobSearch, job_search, selection_key
 from trt_routes.selection.final import describe_requests, final_selection
-from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate
+from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate, trial_facts
 
 ACTIONS = ("up-to-date", "tune", "reselect", "materialize", "blocked", "skipped")
 
@@ -244,7 +245,9 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
                            "depend on what these measure)")
         return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands, bound)
     cands = tuple(r for r in cands if r in trials)  # what apply selects among (a budget can leave routes out)
-    sel, requests = final_selection(job, trials, list(cands), cache, entry, lookup)
+    # an objective reads the trials' stored facts (in meta, which light rows leave out)
+    chosen_from: Mapping[str, TrialRecord] = cache.group(job.group_key) if job.objective is not None else trials
+    sel, requests = final_selection(job, chosen_from, list(cands), cache, entry, lookup)
     if entry is None:
         if sel.winner is None:
             advice = no_eligible_advice(job.name, job.tolerance_name, trials, cands)
@@ -262,8 +265,13 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
         reasons.append("candidate routes changed (switch group or strategy)")
     if not _same_strategy(job, entry):
         reasons.append(f"strategy changed to '{job.strategy_name}' ({job.strategy.mode})")
-    if (entry.selection.key if entry.selection else None) != selection_key(job):
+    objective_text = objective_change(job, entry)
+    if objective_text:
+        reasons.append(objective_text)
+    elif (entry.selection.key if entry.selection else None) != selection_key(job):
         reasons.append("selection rule changed (confirmation settings)")
+    if objective_text and (lacking := missing_facts(job, chosen_from, cands, lookup)):
+        reasons.append(lacking)
     if requests:
         reasons.append(describe_requests(requests))
     elif (entry.route if entry.status == "ok" else None) != sel.winner:
@@ -272,6 +280,47 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     if reasons:
         return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands)
     return _engine_check(job, entry, root, reused, cands)
+
+
+def _objective_text(name: str | None, rank: str | None, limits: dict[str, Any] | None) -> str:
+    if not rank:
+        return "none (lowest latency.p50)"
+    bounds = ", ".join(f"{k} <= {v:g}" for k, v in sorted((limits or {}).items()))
+    return f"'{name}' (rank {rank}{'; ' + bounds if bounds else ''})"
+
+
+def objective_change(job: Job, entry: LockEntry) -> str | None:
+    """"objective changed: old -> new" when the job's objective is not the one its lock entry was chosen by."""
+    old = entry.objective
+    old_text = _objective_text(old.name, old.rank, old.limits) if old is not None else _objective_text(None, None, None)
+    new = job.objective
+    new_text = _objective_text(job.objective_name, new.rank, dict(new.limits)) if new is not None else \
+        _objective_text(None, None, None)
+    return None if old_text == new_text else f"objective changed: {old_text} -> {new_text}"
+
+
+def missing_facts(job: Job, trials: Mapping[str, TrialRecord], cands: tuple[str, ...],
+                  lookup: LossLookup | None = None) -> str | None:
+    """Which facts the job's objective needs that cached trials (passing the accuracy gate) lack, and why
+    that matters: those routes are not eligible under it until they are measured again."""
+    if job.objective is None:
+        return None
+    batch = batch_of(job.inputs)
+    lacking: dict[str, int] = {}
+    for route in cands:
+        t = trials.get(route)
+        if t is None or t.status != "ok" or t.median_ms is None or gate(t, job.tolerance, lookup):
+            continue
+        have = trial_facts(t, batch)
+        for fact in job.objective.facts:
+            if fact not in have:
+                lacking[fact] = lacking.get(fact, 0) + 1
+    if not lacking:
+        return None
+    parts = ", ".join(f"{fact} ({n} trial(s))" for fact, n in sorted(lacking.items()))
+    return (f"objective '{job.objective_name}' needs facts older trials lack: {parts}; they were measured before "
+            "trt-routes recorded facts (or on a host that cannot measure them), so those routes are not eligible "
+            "under this objective until measured again")
 
 
 def _same_strategy(job: Job, entry: LockEntry) -> bool:

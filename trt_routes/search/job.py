@@ -34,12 +34,17 @@ def strategy_key(job: Job) -> str:
 
 def selection_key(job: Job) -> str:
     """What the selection rule depends on beyond trials and tolerance: the confirmation settings and the
-    baseline a winner must beat (the default route adds nothing, so keys from before baselines hold)."""
+    baseline a winner must beat (the default route adds nothing, so keys from before baselines hold) and the
+    objective (not part of any trial's key: changing either is a reselect). Without a baseline or an
+    objective the key is what it was before they existed, so older locks stay up to date."""
     confirm = job.strategy.confirm
     rule = confirm.model_dump() if confirm is not None else None
+    parts: dict[str, object] = {"confirm": rule}
     if job.baseline != DEFAULT_ROUTE:
-        return canonical.digest({"confirm": rule, "baseline": job.baseline}, 16)
-    return canonical.digest(rule, 16)
+        parts["baseline"] = job.baseline
+    if job.objective is not None:
+        parts["objective"] = job.objective.model_dump()
+    return canonical.digest(parts if len(parts) > 1 else rule, 16)
 
 
 def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM,

@@ -7,15 +7,17 @@ reports as missing (``trt_routes.tune.apply``) and asks again."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
 from trt_routes.selection.confirm import Remeasurement, Request, decides, remeasure_key, resolve
-from trt_routes.selection.rank import LossLookup, Selection, select
+from trt_routes.selection.rank import LossLookup, Selection, confirms, select
 
 
 def locked_route(entry: LockEntry | None, job: Job) -> str | None:
@@ -53,9 +55,23 @@ def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: lis
                     raw: Selection | None = None) -> tuple[Selection, list[Request]]:
     """(selection after confirmation, re-measurements still missing). ``raw``: the pure selection if
     the caller has it already."""
-    sel = raw if raw is not None else select(trials, candidates, job.tolerance, lookup)
+    sel = raw if raw is not None else select_for_job(job, trials, candidates, lookup)
+    if not confirms(job.objective) and sel.winner is not None:
+        # confirmation compares medians side by side; an objective ranking by another fact decides alone
+        note = (f"not confirmed side by side: objective '{job.objective_name}' ranks by "
+                f"{job.objective.rank if job.objective else ''}, and confirmation compares medians; the "
+                "objective decides from the trials' stored facts")
+        sel, _ = resolve(sel, None, None, stored(cache, job), job.measurement.seed, baseline=job.baseline)
+        return dataclasses.replace(sel, confirmation={"note": note}), []
     return resolve(sel, job.strategy.confirm, locked_route(entry, job), stored(cache, job), job.measurement.seed,
                    baseline=job.baseline)
+
+
+def select_for_job(job: Job, trials: Mapping[str, TrialRecord], candidates: list[str],
+                   lookup: LossLookup | None = None) -> Selection:
+    """The pure selection under the job's tolerance and objective (none: the lowest median)."""
+    return select(trials, candidates, job.tolerance, lookup, job.objective, job.objective_name,
+                  batch_of(job.inputs))
 
 
 def describe_requests(requests: list[Request]) -> str:

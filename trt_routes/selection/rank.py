@@ -1,15 +1,25 @@
-"""Selection: a pure function of (trials, candidates, tolerance) that picks the winner and says
-why every other route lost. Accuracy decides eligibility; the median time ranks the eligible."""
+"""Selection: a pure function of (trials, candidates, tolerance, objective) that picks the winner and says
+why every other route lost. Accuracy decides eligibility; without an objective the median time ranks the
+eligible (the rule since the start, messages unchanged).
+
+With an objective (the manifest's ``objectives``, ``trt_routes.facts``): accuracy decides eligibility, then
+the objective's ``limits`` filter (a route over a limit, or without the fact, is not eligible: "over the
+limit: engine_mb 250 > 200"), then its ``rank`` fact orders the rest (lower is better; ``throughput``:
+higher), ties to the default route, then fewer knobs. Confirmation (``selection.confirm``) re-measures
+medians side by side, so it applies when the objective ranks by ``latency.p50``; for any other rank fact
+the objective decides from the trials' stored facts and the selection says it was not confirmed."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trt_routes import facts as facts_
 from trt_routes.cache.store import TrialRecord
-from trt_routes.manifest.schema import Check, Tolerance
+from trt_routes.manifest.schema import Check, Objective, Tolerance
 from trt_routes.routes import DEFAULT_ROUTE, describe
 
 #: Computes a loss the trial did not store (e.g. l0 at new atol/rtol) or returns None.
@@ -30,6 +40,8 @@ class Verdict:
     ci_high: float | None = None
     failed_checks: tuple[str, ...] = ()
     trial_id: str = ""
+    #: the trial's facts (``trt_routes.facts.derived``): latency quantiles, memory, engine size, energy, ...
+    facts: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,9 @@ class Selection:
     #: the route the job must beat (``baseline:``; the default route unless named) and its median
     baseline: str = DEFAULT_ROUTE
     baseline_ms: float | None = None
+    #: the objective that ranked (name and its dict); "" / None: the lowest median, as always
+    objective_name: str = ""
+    objective: dict[str, Any] | None = None
 
     @property
     def baseline_speedup(self) -> float | None:
@@ -157,9 +172,26 @@ def _rank(v: Verdict) -> tuple[float, int, int, str]:
             len(v.route.split()), v.route)
 
 
+def trial_facts(trial: TrialRecord, batch: int | None = None) -> dict[str, float]:
+    """``trial``'s facts: stored ones and what its samples and fields give (``trt_routes.facts.derived``)."""
+    stored = trial.meta.get("facts") if isinstance(trial.meta, dict) else None
+    return facts_.derived(stored if isinstance(stored, dict) else None, trial.samples, trial.median_ms,
+                          trial.build_s, batch)
+
+
+def confirms(objective: Objective | None) -> bool:
+    """Whether side-by-side confirmation (of medians) applies under ``objective``."""
+    return objective is None or objective.rank == "latency.p50"
+
+
 def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: Tolerance,
-           lookup: LossLookup | None = None) -> Selection:
-    """Pick the fastest eligible candidate. Routes without a trial are listed in ``missing``."""
+           lookup: LossLookup | None = None, objective: Objective | None = None, objective_name: str = "",
+           batch: int | None = None) -> Selection:
+    """Pick the fastest eligible candidate (or the best by ``objective``, see the module docstring).
+    Routes without a trial are listed in ``missing``. ``batch``: throughput's batch for trials that did
+    not store it."""
+    if objective is not None:
+        return _select_objective(trials, candidates, tolerance, lookup, objective, objective_name, batch)
     routes = list(dict.fromkeys([DEFAULT_ROUTE, *candidates]))
     prelim: list[Verdict] = []
     missing: list[str] = []
@@ -175,7 +207,8 @@ def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: 
         failures = gate(trial, tolerance, lookup)
         prelim.append(Verdict(route, trial.status, not failures,
                               "failed accuracy gate: " + "; ".join(failures) if failures else "",
-                              trial.median_ms, trial.ci_low, trial.ci_high, tuple(failures), trial.id))
+                              trial.median_ms, trial.ci_low, trial.ci_high, tuple(failures), trial.id,
+                              trial_facts(trial, batch)))
     eligible = sorted((v for v in prelim if v.eligible), key=_rank)
     default = trials.get(DEFAULT_ROUTE)
     default_ms = default.median_ms if default is not None and default.status == "ok" else None
@@ -210,3 +243,131 @@ def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: 
     return Selection(winner=winner.route if winner else None, default_ms=default_ms,
                      chosen_ms=winner.median_ms if winner else None, verdicts=tuple(verdicts),
                      summary=summary, missing=tuple(missing))
+
+
+def _limit_failures(values: Mapping[str, float], objective: Objective) -> list[str]:
+    out = []
+    for fact in sorted(objective.limits):
+        limit = objective.limits[fact]
+        if fact not in values:
+            out.append(f"{fact} not measured")
+        elif values[fact] > limit:
+            out.append(f"{fact} {_fmt(values[fact])} > {limit:g}")
+    return out
+
+
+def _select_objective(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: Tolerance,
+                      lookup: LossLookup | None, objective: Objective, name: str,
+                      batch: int | None) -> Selection:
+    """``select`` under an objective: the accuracy gate, then the limits, then the rank fact."""
+    base = select(trials, candidates, tolerance, lookup, batch=batch)
+    fact, unit = objective.rank, facts_.UNITS[objective.rank]
+    label = f"objective '{name}'" if name else "the objective"
+    prelim: list[Verdict] = []
+    for v in base.verdicts:
+        if not v.eligible:
+            prelim.append(v)
+            continue
+        over = _limit_failures(v.facts, objective)
+        if over:
+            missing = all(o.endswith("not measured") for o in over)
+            prelim.append(dataclasses.replace(
+                v, eligible=False, failed_checks=tuple(over),
+                reason=(f"not measured: {', '.join(o.split()[0] for o in over)} (limited by {label}; the trial "
+                        "predates facts or this host cannot measure them)") if missing else
+                f"over the limit: {'; '.join(over)}"))
+        elif fact not in v.facts:
+            prelim.append(dataclasses.replace(
+                v, eligible=False, failed_checks=(f"{fact} not measured",),
+                reason=f"not measured: {fact} (ranked by {label}; the trial predates facts or this host cannot "
+                       "measure it)"))
+        else:
+            prelim.append(v)
+    sign = -1.0 if fact in facts_.HIGHER_IS_BETTER else 1.0
+
+    def key(v: Verdict) -> tuple[float, int, int, str]:
+        return (sign * v.facts[fact], 0 if v.route == DEFAULT_ROUTE else 1, len(v.route.split()), v.route)
+
+    eligible = sorted((v for v in prelim if v.eligible), key=key)
+    winner = eligible[0] if eligible else None
+    default = next((v for v in prelim if v.route == DEFAULT_ROUTE), None)
+    default_value = default.facts.get(fact) if default is not None and default.eligible else None
+    verdicts: list[Verdict] = []
+    for v in prelim:
+        if winner is not None and v.route == winner.route:
+            value = v.facts[fact]
+            vs = (f"default {_fmt(default_value)} {unit}" if default_value is not None and v.route != DEFAULT_ROUTE
+                  else "the default route is not eligible" if default_value is None else "")
+            reason = f"winner: best eligible route by {fact} ({label}), {_fmt(value)} {unit}"
+            reason += f" ({vs})" if vs else ""
+            verdicts.append(dataclasses.replace(v, reason=reason))
+        elif v.eligible and winner is not None:
+            a, w = v.facts[fact], winner.facts[fact]
+            if a == w:
+                reason = (f"tied with the winner at {fact} {_fmt(a)} {unit}; the tie-break prefers the default route, "
+                          "then fewer knobs")
+            else:
+                pct = abs(a / w - 1) * 100 if w else math.inf
+                reason = f"worse by {fact}: {_fmt(a)} {unit}, {'-' if sign < 0 else '+'}{pct:.1f}% vs winner"
+            verdicts.append(dataclasses.replace(v, reason=reason))
+        else:
+            verdicts.append(v)
+    if winner is None:
+        limited = [v for v in prelim if v.failed_checks and any(
+            c.endswith("not measured") or " > " in c for c in v.failed_checks) and v.status == "ok"
+            and not v.reason.startswith("failed accuracy gate")]
+        summary = (f"no eligible route: {len(limited)} route(s) passed the accuracy gate but not {label} "
+                   f"({' | '.join(f'{describe(v.route)}: {v.reason}' for v in limited[:4])})"
+                   if limited else base.summary)
+    elif winner.route == DEFAULT_ROUTE:
+        summary = f"default route kept: no eligible route was better by {fact} ({_fmt(winner.facts[fact])} {unit})"
+    else:
+        summary = (f"{describe(winner.route)} chosen by {fact}: {_fmt(winner.facts[fact])} {unit}"
+                   + (f", default {_fmt(default_value)} {unit}" if default_value is not None else
+                      ", the default route is not eligible"))
+    default_ms = base.default_ms
+    return Selection(winner=winner.route if winner else None, default_ms=default_ms,
+                     chosen_ms=winner.median_ms if winner else None, verdicts=tuple(verdicts),
+                     summary=summary, missing=base.missing,
+                     rule=(f"eligible = built, every output finite, every loss strictly below its threshold and "
+                           f"every limit of {label} met; winner = best {fact} "
+                           f"({'highest' if sign < 0 else 'lowest'}) among eligible routes (ties: default route, "
+                           "then fewer knobs)"),
+                     objective_name=name, objective=objective.model_dump())
+
+
+#: The axes of every Pareto front (where every eligible route has them), besides the objective's facts.
+FRONT_AXES = ("latency.p50", "device_memory_mb", "engine_mb", "energy")
+
+
+def front_axes(objective: Objective | None) -> tuple[str, ...]:
+    """The objective's rank first (a latency quantile replaces latency.p50), then memory, engine size and
+    energy, then the objective's limited facts."""
+    rank = objective.rank if objective is not None else "latency.p50"
+    rest = [a for a in FRONT_AXES if not (a == "latency.p50" and rank.startswith("latency."))]
+    limits = sorted(objective.limits) if objective is not None else []
+    return tuple(dict.fromkeys([rank, *rest, *limits]))
+
+
+def pareto_front(sel: Selection, objective: Objective | None) -> facts_.Front:
+    """The Pareto front of ``sel``'s eligible routes over ``front_axes(objective)`` (axes a route lacks
+    are left out), with why each dominated route lost."""
+    points = {v.route: dict(v.facts) for v in sel.verdicts if v.eligible}
+    return facts_.pareto(points, front_axes(objective), describe)
+
+
+def front_lines(sel: Selection, objective: Objective | None) -> list[str]:
+    """The front in words, for explain: its routes with their facts (the winner marked), then every
+    dominated route and why it lost."""
+    front = pareto_front(sel, objective)
+    if not front.axes or not front.front:
+        return []
+    lines = [f"Pareto front of the eligible routes over {', '.join(front.axes)}:"]
+    by_route = {v.route: v for v in sel.verdicts}
+    for route in front.front:
+        values = ", ".join(facts_.format_fact(a, by_route[route].facts[a]) for a in front.axes)
+        lines.append(f"  {describe(route)}: {values}" + ("  <- winner" if route == sel.winner else ""))
+    for route, (_, why) in front.dominated.items():
+        lines.append(f"  {describe(route)}: {why}" + ("  (the winner: the objective ranks by one fact)"
+                                                        if route == sel.winner else ""))
+    return lines

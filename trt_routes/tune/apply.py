@@ -28,8 +28,8 @@ from trt_routes.routes import describe, route_dict
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
 from trt_routes.selection.confirm import Remeasurement, Request, Stopping, remeasure_key, schedule
-from trt_routes.selection.final import final_selection
-from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, select
+from trt_routes.selection.final import final_selection, select_for_job
+from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
 from trt_routes.share.remote import fetch_blob
 from trt_routes.tune.locking import LockWriter
 from trt_routes.tune.outcome import (
@@ -288,7 +288,7 @@ class Applier(TrialRunner):
             tuning.cands = [r for r in dict.fromkeys(cands) if r in trials]
         else:
             tuning.cands = list(jp.candidates)
-        tuning.raw = select(trials, tuning.cands, job.tolerance, self.lookup)
+        tuning.raw = select_for_job(job, trials, tuning.cands, self.lookup)
         tuning.phase = Phase.CONFIRM
         self.next_confirmation_round(tuning)
 

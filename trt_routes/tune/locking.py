@@ -8,12 +8,14 @@ import time
 from trt_routes import canonical
 from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import (
     LockEngine,
     LockEntry,
     Lockfile,
     LockModel,
+    LockObjective,
     LockSelection,
     LockSignature,
     LockStrategy,
@@ -25,8 +27,16 @@ from trt_routes.project import Project
 from trt_routes.routes import describe
 from trt_routes.search.job import selection_key
 from trt_routes.selection.headline import headline
-from trt_routes.selection.rank import Selection
+from trt_routes.selection.rank import Selection, trial_facts
 from trt_routes.tune.outcome import JobOutcome
+
+
+def _facts(sel: Selection, winner: TrialRecord, job: Job) -> dict[str, float]:
+    """The winner's facts, 4 significant digits (the lock is for people and diffs)."""
+    verdict = sel.verdict(winner.route)
+    values = dict(verdict.facts) if verdict is not None and verdict.facts else \
+        trial_facts(winner, batch_of(job.inputs))
+    return {k: float(f"{v:.4g}") for k, v in sorted(values.items())}
 
 
 class LockWriter:
@@ -76,6 +86,9 @@ class LockWriter:
                               size=dest.stat().st_size, identity=backend.engine_identity(dest)),
             trials=counts,
             selection=LockSelection(key=selection_key(job), confirmation=canonical.normalize(sel.confirmation)),
+            objective=LockObjective(name=job.objective_name, rank=job.objective.rank,
+                                    limits=dict(job.objective.limits)) if job.objective is not None else None,
+            facts=_facts(sel, winner, job),
         )
 
     @staticmethod
