@@ -219,3 +219,46 @@ def test_onnxruntime_on_cpu_stores_the_facts_of_every_trial(tmp_path: Path, tiny
             assert "energy" not in f  # absent, never zero
     entry = Lockfile.read(manifest.parent / "tuning.lock").jobs["cnn/bs4/cpu"]
     assert entry.facts["engine_mb"] > 0 and entry.objective is None
+
+
+def test_trials_from_before_facts_derive_latency_and_plan_names_the_facts_they_lack(
+        tmp_path: Path, land: Path) -> None:
+    manifest = project(tmp_path / "p", land, OBJECTIVES, "fast")
+    assert apply(open_project(manifest)).exit_code == 0
+    # what an older trt-routes left: trials without stored facts (samples, median and fields only)
+    p = open_project(manifest)
+    with p.open_cache() as cache:
+        for t in cache.all_trials():
+            t.meta.pop("facts", None)
+            cache.add_trial(t)
+    edit_manifest(manifest, lambda d: d["objectives"].update(
+        p99={"rank": "latency.p99"}, capped={"rank": "latency.p99", "limits": {"device_memory_mb": 200}}))
+    edit_manifest(manifest, lambda d: d["defaults"].update(objective="p99"))
+    (jp,) = plan_of(manifest)
+    assert jp.action == "reselect" and "older trials lack" not in " ".join(jp.reasons)  # p99 from the samples
+    assert apply(open_project(manifest)).built == 0 and lock_entry(manifest).route == "-x=1"
+    assert lock_entry(manifest).facts["latency.p99"] > 0
+    edit_manifest(manifest, lambda d: d["defaults"].update(objective="capped"))
+    (jp,) = plan_of(manifest)
+    assert jp.action == "reselect" and not jp.to_build
+    assert "objective 'capped' needs facts older trials lack: device_memory_mb (4 trial(s))" in jp.reasons[0]
+    result = apply(open_project(manifest))
+    assert result.built == 0 and result.exit_code != 0  # no route has the fact: none is eligible, said why
+    ex = explain(open_project(manifest), "m/a/cpu")
+    assert ex.selection is not None and ex.selection.winner is None
+    assert "not measured: device_memory_mb" in ex.selection.verdict("-x=1").reason  # type: ignore[union-attr]
+
+
+def test_the_html_report_shows_the_objective_and_the_pareto_front(tmp_path: Path, land: Path) -> None:
+    from trt_routes.report.html import build_report
+
+    manifest = project(tmp_path / "p", land, OBJECTIVES, "tail")
+    assert apply(open_project(manifest)).exit_code == 0
+    html = build_report(open_project(manifest))
+    section = html.split('<div class="pareto">', 1)[1].split("</div>", 1)[0]
+    assert "objective <b>tail</b>: rank by latency.p99, device_memory_mb &le; 2048, engine_mb &le; 200" in section
+    assert "<th>latency.p99 (ms)</th>" in section and "<th>engine_mb (MB)</th>" in section
+    # -x=1 is over the engine limit: not eligible, so not on the front; -y=1 wins on it
+    assert 'data-route="-x=1"' not in section
+    assert '<tr class="winner" data-route="-y=1"><td><code>-y=1</code> <b class=mark>winner</b>' in section
+    assert "dominated by -y=1: faster at p99, less memory, smaller and less energy" in section

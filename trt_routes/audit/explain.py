@@ -88,6 +88,7 @@ class Explanation:
     older: list[dict[str, Any]] = field(default_factory=list)
     #: the Pareto front of the eligible routes over the objective's facts (``selection.rank.pareto_front``)
     front: Front | None = None
+    front_lines: list[str] = field(default_factory=list)  # the front in words (also in ``decision``)
 
     def verdict(self, route: str) -> str:
         v = self.selection.verdict(route) if self.selection else None
@@ -155,7 +156,8 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
         ex.margin, ex.decision = _decision(job, sel, trials, entry)
         ex.decision += confirmation_lines(sel, pending)
         ex.front = pareto_front(sel, job.objective)
-        ex.decision += front_lines(sel, job.objective)
+        ex.front_lines = front_lines(sel, job.objective)
+        ex.decision += ex.front_lines
         if (busy := busy_summary((t.meta for t in trials.values()), job.measurement.busy)) is not None:
             ex.decision.append(f"Busy host: {busy}.")
     ex.provenance = _provenance(job, trials, sel)

@@ -20,6 +20,7 @@ from trt_routes.artifacts import atomic_write_text
 from trt_routes.audit.explain import Explanation, explain_job
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError
+from trt_routes.facts import UNITS
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.manifest.schema import Tolerance
@@ -277,6 +278,32 @@ def _confirmation(lock: LockEntry | None) -> str:
     return head + rule + table + "</div>"
 
 
+def _pareto(ex: Explanation) -> str:
+    """The job's objective and the Pareto front of its eligible routes over the objective's facts: every
+    eligible route's facts on the front's axes, the winner, and why each dominated route lost."""
+    front, sel = ex.front, ex.selection
+    if front is None or sel is None or not front.axes:
+        return ""
+    objective = ex.job.objective
+    said = (f"objective <b>{esc(ex.job.objective_name)}</b>: rank by {esc(objective.rank)}"
+            + "".join(f", {esc(k)} &le; {v:g}" for k, v in sorted(objective.limits.items()))
+            if objective is not None else "no objective: the lowest latency.p50 wins")
+    by_route = {v.route: v for v in sel.verdicts}
+    rows = []
+    for route in [*front.front, *front.dominated]:
+        v = by_route[route]
+        winner = route == sel.winner
+        verdict = "on the front" if route in front.front else front.dominated[route][1]
+        cells = "".join(f"<td class=num>{v.facts[a]:.3g}</td>" for a in front.axes)
+        rows.append(f'<tr class="{"winner" if winner else "ok" if route in front.front else "failed"}" '
+                    f'data-route="{esc(describe(route))}"><td><code>{esc(describe(route))}</code>'
+                    f"{' <b class=mark>winner</b>' if winner else ''}</td>{cells}<td>{esc(verdict)}</td></tr>")
+    heads = "".join(f"<th>{esc(a)} ({esc(UNITS[a])})</th>" for a in front.axes)
+    return (f'<div class="pareto"><h3>Pareto front of the eligible routes</h3><p class="note">{said}</p>'
+            f"<table class=pareto><thead><tr><th>route</th>{heads}<th>front</th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table></div>")
+
+
 def _legend(points: list[Point]) -> str:
     other = ('<span><i class="dot other"></i>not a candidate now</span>'
              if any(not p.candidate for p in points) else "")
@@ -296,7 +323,7 @@ def _job_section(rep: JobReport) -> str:
         return head + f'<p class="note">{esc(rep.note)}</p>{_confirmation(rep.ex.lock if rep.ex else None)}</section>'
     ex = rep.ex
     assert ex is not None
-    decision = "".join(f"<li>{esc(line.strip())}</li>" for line in ex.decision)
+    decision = "".join(f"<li>{esc(line.strip())}</li>" for line in ex.decision if line not in ex.front_lines)
     charts = (f'<div class="charts"><figure><figcaption>Latency against accuracy loss</figcaption>'
               f"{scatter(rep.points)}{_legend(rep.points)}</figure>"
               f"<figure><figcaption>Effect of each knob value</figcaption>"
@@ -306,7 +333,7 @@ def _job_section(rep: JobReport) -> str:
     if rep.unplotted:
         unplotted = ('<p class="unplotted">Not plotted (no timing): '
                      + "; ".join(f"<code>{esc(r)}</code>: {esc(why)}" for r, why in rep.unplotted) + "</p>")
-    return (head + f'<ul class="decision">{decision}</ul>' + _confirmation(ex.lock) + charts + unplotted
+    return (head + f'<ul class="decision">{decision}</ul>' + _confirmation(ex.lock) + _pareto(ex) + charts + unplotted
             + _trials_table(rep) + "</section>")
 
 
