@@ -34,7 +34,7 @@ ROUTES: dict[str, tuple[float, dict[str, float]]] = {
 }
 
 
-def landscape(path: Path, routes: dict[str, tuple[float, dict[str, float]]] = ROUTES, *, tail: str = "",
+def landscape(path: Path, routes: dict[str, tuple[float, dict[str, float]]] = ROUTES, *, tail: str | None = None,
               with_facts: bool = True) -> Path:
     """A landscape file; ``tail``: this route gets a heavy tail (every 10th sample 5x) at the same median."""
     rng = np.random.default_rng(0)
