@@ -50,7 +50,10 @@ def _plain_metavars(command: Any) -> None:
         if param.is_flag:
             param.metavar = ""
         else:
-            label = param.display_type(SimpleNamespace(help_option_names=["--help"])).strip("<>")
+            display = getattr(param, "display_type", None)  # typer >= 0.16; older ones render click's metavar
+            if display is None:
+                continue
+            label = display(SimpleNamespace(help_option_names=["--help"])).strip("<>")
             label = label.removeprefix("list[").removesuffix("]")
             param.metavar = {"str": "TEXT"}.get(label, label.upper())
     help_option = command.get_help_option(SimpleNamespace(help_option_names=["--help"]))
@@ -67,7 +70,10 @@ class _Commands(TyperGroup):
     traceback."""
 
     def get_params(self, ctx: Any) -> Any:
-        _plain_metavars(self)  # before any help is drawn: typer adds the completion options late
+        try:
+            _plain_metavars(self)  # before any help is drawn: typer adds the completion options late
+        except (AttributeError, TypeError):  # another typer/click than the one this was written for: cosmetic
+            pass
         return super().get_params(ctx)
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (newer typer vendors its own click)
