@@ -3,6 +3,8 @@ the one place where errors become exit codes (the table is ``trt_routes.errors.E
 
 from __future__ import annotations
 
+import contextlib
+
 __all__ = ["app", "main"]
 
 import os
@@ -70,10 +72,10 @@ class _Commands(TyperGroup):
     traceback."""
 
     def get_params(self, ctx: Any) -> Any:
-        try:
-            _plain_metavars(self)  # before any help is drawn: typer adds the completion options late
-        except (AttributeError, TypeError):  # another typer/click than the one this was written for: cosmetic
-            pass
+        # before any help is drawn (typer adds the completion options late); cosmetic, so another typer or
+        # click than the one this was written for never breaks a command over it
+        with contextlib.suppress(AttributeError, TypeError):
+            _plain_metavars(self)
         return super().get_params(ctx)
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (newer typer vendors its own click)
