@@ -64,6 +64,20 @@ class TorchRunner:
         self.guard = guard  # context manager factory active around every call (e.g. no recompiles)
         self.settle = SettleInfo()
         self._settled = False  # warm-up until settled runs once per loaded engine, at the first time()
+        if self.on_gpu:  # peak device memory from here (weights resident) through every run: facts()
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def facts(self) -> dict[str, Any]:
+        """Torch's own accounting of the engine's peak device memory while it ran (NVML's used-memory delta
+        reads 0 here: the caching allocator keeps what earlier trials and the warm-up reserved)."""
+        if not self.on_gpu:
+            return {}
+        import torch
+
+        return {"device_memory_mb": torch.cuda.max_memory_allocated(self.device) / 1e6,
+                "memory_source": "torch.cuda.max_memory_allocated"}
 
     # -- helpers ---------------------------------------------------------------------------
     def _prepare(self, feeds: Feeds) -> dict[str, Any]:
