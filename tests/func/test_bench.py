@@ -262,3 +262,16 @@ def test_gpu_vs_modes_on_one_model(tmp_path: Path) -> None:
     out = bench("gpu_vs_modes.py", "--models", "resnet50", "--rounds", "3", "--iters", "5", cwd=tmp_path,
                 timeout=900)
     assert re.search(r"^geomean tuned/best named mode: [\d.]+x over \d of 1 models", out, re.M), out
+
+
+def test_gpu_objectives_on_one_model(tmp_path: Path) -> None:
+    needs_gpu()
+    if not any("H200" in name for name in gpu_names()):
+        pytest.skip(f"bench/gpu_objectives.py targets an H200; this machine has {gpu_names()}")
+    import json
+
+    out = bench("gpu_objectives.py", "--work", str(tmp_path / "obj"), cwd=tmp_path, timeout=900)
+    report = json.loads(out)
+    assert report["apply_tail"]["code"] == 0 and report["apply_edge"]["doc"]["built"] == 0
+    assert [j["action"] for j in report["plan_edge"]["jobs"]] == ["reselect"]
+    assert all(t["facts"]["device_memory_mb"] > 0 for t in report["explain_tail"]["trials"])
