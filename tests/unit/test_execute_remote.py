@@ -156,3 +156,31 @@ def test_a_planted_blob_is_never_served(node_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="arrived corrupted"):
         remote.stage(shipment, [b"tampered in transit"], root)
     assert sorted(p.name for p in root.iterdir()) == sorted(["blobs", scratch.name])  # the failed one cleaned
+
+
+def test_an_external_data_model_travels_with_its_data_to_a_node(node_dir: Path, tmp_path: Path) -> None:
+    """README: an ONNX model's external-data files travel with it to a Ray node, verified by digest."""
+    from _project import FAST, write_manifest
+    from _real_models import external_data_mlp
+
+    root = tmp_path / "p"
+    external_data_mlp(root / "models", location="weights/mlp.onnx.data")
+    path = write_manifest(root, {
+        "schema_version": 1, "measurement": FAST, "switch_groups": {"g": "-graph_optimization_level=[basic|all]"},
+        "strategies": {"s": {"mode": "fast", "confirm": False}},
+        "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 1e-4}]}},
+        "defaults": {"switch_group": "g", "strategy": "s", "tolerance": "t"},
+        "models": {"mlp": {"path": "models/mlp.onnx", "shapes": {"b4": {"x": [4, 16]}}}}})
+    project = open_project(path)
+    with project.open_cache() as cache, LocalExecutor() as executor:
+        job = project.jobs[0]
+        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
+        task = applier.trial_task(job, "-graph_optimization_level=basic", applier.reference(job))
+    shipment, blobs = remote.ship(task)
+    assert [rel for rel, _ in shipment.side_files] == ["weights/mlp.onnx.data"]
+    payload = [p.read_bytes() for _, p in blobs]
+    result, _ = remote.run_shipped(shipment, 60, {}, payload, job.target_data["device"])
+    assert result.status == "ok", result.error
+    tampered = [payload[0], b"x" * len(payload[1]), *payload[2:]]  # the weights changed on the way
+    with pytest.raises(ValueError, match="arrived corrupted"):  # refused before anything runs
+        remote.run_shipped(shipment, 60, {}, tampered, job.target_data["device"])
