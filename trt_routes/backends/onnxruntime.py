@@ -8,18 +8,16 @@ __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeRunner"]
 
 import os
 import re
-import sys
-import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, time_on_host
+from trt_routes.backends.native_log import captured_fd2
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
 from trt_routes.model_files import external_path, onnx_tensors
@@ -87,9 +85,7 @@ _NP_TYPES: dict[str, Any] = {
     "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
     "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
 }
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MODIFIED = re.compile(r"GraphTransformer (\S+) modified: (\d+)")
-_STDERR_LOCK = threading.Lock()
 
 
 def _ort() -> Any:
@@ -165,25 +161,6 @@ def _build_catalog() -> Catalog:
     ]
     return Catalog(backend="onnxruntime", version=str(ort.__version__), knobs=tuple(knobs),
                    tuner_version=KNOBS_VERSION)
-
-
-@contextmanager
-def _captured_stderr() -> Iterator[list[str]]:
-    """Capture what native code writes to file descriptor 2 (ORT's log sink) into the yielded list."""
-    lines: list[str] = []
-    with _STDERR_LOCK, tempfile.TemporaryFile(mode="w+b") as sink:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            text = sink.read().decode("utf-8", errors="replace")
-            lines.extend(_ANSI.sub("", line) for line in text.splitlines() if line.strip())
 
 
 def _summarize_log(lines: list[str]) -> list[str]:
@@ -396,7 +373,7 @@ class OnnxRuntimeBackend(Backend):
         engine_path.unlink(missing_ok=True)
         so.optimized_model_filepath = str(engine_path)
         error: Exception | None = None
-        with _captured_stderr() as lines:
+        with captured_fd2() as lines:
             try:
                 ort.InferenceSession(spec.model_path, so, providers=[PROVIDER],
                                      disabled_optimizers=disabled or None)

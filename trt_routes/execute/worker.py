@@ -14,7 +14,6 @@ import ctypes
 import math
 import multiprocessing
 import os
-import re
 import shutil
 import signal
 import sys
@@ -34,6 +33,7 @@ from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
 from trt_routes.backends.meters import EnergyMeter, MemoryMeter
+from trt_routes.backends.native_log import captured_fd2
 from trt_routes.errors import StorageError, storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
@@ -333,37 +333,11 @@ def serve(conn: Connection) -> None:
 
 #: The line that starts what a task's native code wrote to file descriptor 2, at the end of its log.
 STDERR_HEADER = "--- backend stderr ---"
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")  # colours, cursor moves, titles
-
-
-def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
-
-
-@contextmanager
-def _captured_fd2() -> Iterator[list[str]]:
-    """What the task writes to file descriptor 2 (ONNX Runtime and TensorRT log from C++ there), kept out
-    of the terminal and yielded, ANSI codes stripped, as the list's one item once the block ends."""
-    out: list[str] = []
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield out
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            out.append(strip_ansi(sink.read().decode("utf-8", errors="replace")).strip())
-
-
 def _run(task: object) -> TaskResult:
-    with _captured_fd2() as captured:
+    with captured_fd2() as captured:
         result = _dispatch(task)
-    if captured and captured[0]:
-        result.log = "\n".join(x for x in (result.log.rstrip(), STDERR_HEADER, captured[0]) if x)
+    if captured:
+        result.log = "\n".join(x for x in (result.log.rstrip(), STDERR_HEADER, *captured) if x)
     return result
 
 
