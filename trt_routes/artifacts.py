@@ -15,8 +15,8 @@ place on one file system; scratch a killed run left is swept by the next worker 
 
 from __future__ import annotations
 
-__all__ = ["DIGESTS", "BlobStore", "atomic_copy", "atomic_write_text", "file_digest", "stale_leftovers",
-           "sweep_stale"]
+__all__ = ["DIGESTS", "BlobStore", "atomic_copy", "atomic_output", "atomic_write_text", "file_digest",
+           "stale_leftovers", "sweep_stale"]
 
 import errno
 import hashlib
@@ -28,8 +28,10 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -59,19 +61,19 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()  # what open() would give: mkstemp's 0600 would hide locks and engines
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
-
-    ``durable`` also fsyncs (survives power loss, not only a killed process). Blobs skip it: they
-    are named by their digest, verified before use, and re-made when they fail verification. A write the
-    disk refuses is a StorageError naming ``path`` (the old file, if any, is untouched)."""
+@contextmanager
+def atomic_output(path: Path, *, durable: bool = True) -> Iterator[BinaryIO]:
+    """A file for ``path``'s new bytes: renamed over ``path`` when the block ends, removed if it raises, so
+    readers see the old file or the new one, never a mix. ``durable`` also fsyncs the file and its folder
+    (survives power loss, not only a killed process). A write the disk refuses is a StorageError naming
+    ``path`` (the old file, if any, is untouched)."""
     with _storage(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             os.fchmod(fd, _FILE_MODE)
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                yield f
                 if durable:
                     f.flush()
                     os.fsync(f.fileno())
@@ -81,6 +83,13 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
             raise
     if durable:
         _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically (``atomic_output``). Blobs skip ``durable``: they are named by
+    their digest, verified before use, and re-made when they fail verification."""
+    with atomic_output(path, durable=durable) as f:
+        f.write(data)
 
 
 class _storage:
@@ -107,28 +116,16 @@ def atomic_copy(src: Path, dest: Path, *, expect: str | None = None, durable: bo
     """Copy ``src`` to ``dest`` atomically, hashing the bytes as they are copied; returns their sha256.
     With ``expect``, bytes that hash differently never reach ``dest`` (CacheError). ``durable`` fsyncs the
     copy before the rename (a move across file systems must not leave a torn file once ``src`` is gone)."""
-    with _storage(dest):
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        h = hashlib.sha256()
-        try:
-            os.fchmod(fd, _FILE_MODE)
-            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
-                while block := f.read(1 << 20):
-                    h.update(block)
-                    out.write(block)
-                if durable:
-                    out.flush()
-                    os.fsync(out.fileno())
-            got = h.hexdigest()
-            if expect is not None and got != expect:
-                raise CacheError(f"{src} is corrupt: its bytes hash to {got[:16]}..., not to its name "
-                                 f"{expect[:16]}...",
-                                 "it was evicted; run `trt-routes apply` again (it rebuilds or re-fetches it)")
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    h = hashlib.sha256()
+    with atomic_output(dest, durable=durable) as out, open(src, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+            out.write(block)
+        got = h.hexdigest()
+        if expect is not None and got != expect:  # raised inside: the copy never replaces dest
+            raise CacheError(f"{src} is corrupt: its bytes hash to {got[:16]}..., not to its name "
+                             f"{expect[:16]}...",
+                             "it was evicted; run `trt-routes apply` again (it rebuilds or re-fetches it)")
     return got
 
 

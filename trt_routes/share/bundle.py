@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from trt_routes import __version__, canonical
+from trt_routes.artifacts import atomic_output
 from trt_routes.cache.store import STATUSES, TrialRecord, now
 from trt_routes.errors import CacheError, RouteError
 from trt_routes.routes import parse_route
@@ -391,17 +392,8 @@ def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: 
         "blobs": {sha: {"size": path.stat().st_size, "kind": k} for sha, (path, k) in sorted(blobs.items())},
     }
     if isinstance(dest, Path):
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                _write_tar(f, manifest, tables, blobs)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_output(dest) as f:
+            _write_tar(f, manifest, tables, blobs)
     else:
         _write_tar(dest, manifest, tables, blobs)
     return manifest
