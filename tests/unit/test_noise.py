@@ -34,3 +34,42 @@ def test_the_manifest_takes_a_word_or_a_mapping_and_keeps_it_out_of_the_key() ->
     assert m.busy.action == "refuse" and m.busy.max_others == 0.25
     assert Measurement.model_validate({"busy": {"max_others": 0.5}}).busy.action == "warn"
     assert "busy" not in m.key_fields()
+
+
+def test_a_window_too_short_to_judge_is_stretched_when_the_verdict_refuses() -> None:
+    """Real processes: CPU burners on every CPU, then a 5 ms busy loop under a NoiseContext. /proc/stat
+    counts 10 ms ticks: ``judge=True`` (measurement.busy: refuse) reads until there are enough to tell."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from trt_routes.execute.protocol import JUDGE_TICKS, NoiseContext
+
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(len(os.sched_getaffinity(0)))]
+    try:
+        time.sleep(0.3)  # the burners are spinning
+        ctx = NoiseContext()
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.005:
+            pass
+        meta = ctx.finish(judge=True)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert meta["cpu_ticks"] >= JUDGE_TICKS, meta
+    assert busy_reason(meta, Busy(max_others=0.25)) is not None, meta
+
+
+def test_a_quiet_window_is_not_stretched_into_a_busy_verdict() -> None:
+    import time
+
+    from trt_routes.execute.protocol import JUDGE_TICKS, NoiseContext
+
+    ctx = NoiseContext()
+    time.sleep(0.002)
+    meta = ctx.finish(judge=True)
+    assert meta["cpu_ticks"] >= JUDGE_TICKS
+    assert busy_reason(meta, Busy(max_others=0.25)) is None, meta

@@ -3,9 +3,10 @@
 
 Works through any backend's ``Runner.time`` (a window of runs is ``time(feeds, 0, window, 1)``).
 Noise context: CPU load (1-minute load average and the busy share of every CPU while measuring, from
-/proc/stat, when the measurement lasted at least one clock tick) and, for GPU targets, clocks, temperature,
-power and throttle reasons through NVML (``pynvml`` from nvidia-ml-py, imported lazily; absent: nothing
-recorded)."""
+/proc/stat, when the measurement lasted at least one clock tick; where the verdict matters,
+``measurement.busy: refuse``, the window is stretched to enough ticks to judge) and, for GPU targets,
+clocks, temperature, power and throttle reasons through NVML (``pynvml`` from nvidia-ml-py, imported
+lazily; absent: nothing recorded)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ __all__ = ["NoiseContext", "SettleSpec", "settle", "settle_spec", "timed_samples
 
 import functools
 import os
+import resource
 import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -92,8 +95,27 @@ _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _own_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
+    """This process's CPU time, every thread, ended ones too (getrusage: microseconds, where os.times
+    counts whole clock ticks)."""
+    t = resource.getrusage(resource.RUSAGE_SELF)
+    return t.ru_utime + t.ru_stime
+
+
+# /proc/stat counts whole clock ticks per CPU: over fewer than this (all CPUs together), one tick is more
+# than 5% of the window, and a few-millisecond trial on a host full of CPU burners can read 0% others
+JUDGE_TICKS = 20
+_JUDGE_MAX_S = 1.0  # the longest a window is stretched (a host whose clock ticks do not advance)
+
+
+def _stretch(start: tuple[int, int]) -> tuple[int, int] | None:
+    """Sleep in short steps until /proc/stat has counted ``JUDGE_TICKS`` since ``start``. Asleep, this
+    process uses no CPU: what the ticks add is the others' work, at the rate they kept it up."""
+    deadline = time.monotonic() + _JUDGE_MAX_S
+    end = _cpu_jiffies()
+    while end is not None and end[1] - start[1] < JUDGE_TICKS and time.monotonic() < deadline:
+        time.sleep(0.005)
+        end = _cpu_jiffies()
+    return end
 
 
 def _nvml_handle(nvml: Any, device: Mapping[str, Any]) -> Any:
@@ -138,13 +160,18 @@ class NoiseContext:
         self.own = _own_cpu_s()
         self.gpu_before = _gpu_reading(device) if self.gpu else None
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, judge: bool = False) -> dict[str, Any]:
+        """The readings. ``judge``: the busy-host verdict will refuse the trial, so a window shorter than
+        ``JUDGE_TICKS`` is stretched until it can tell (up to 100 ms on 2 CPUs, only for short trials)."""
         meta: dict[str, Any] = {}
+        end = _cpu_jiffies()
+        if judge and self.jiffies is not None and end is not None and end[1] - self.jiffies[1] < JUDGE_TICKS:
+            end = _stretch(self.jiffies)
         if hasattr(os, "getloadavg"):
             meta["loadavg"] = round(os.getloadavg()[0], 2)
-        end = _cpu_jiffies()
         if self.jiffies is not None and end is not None and end[1] > self.jiffies[1]:
             total = end[1] - self.jiffies[1]
+            meta["cpu_ticks"] = total
             meta["cpu_busy"] = round((end[0] - self.jiffies[0]) / total, 3)
             # what other processes kept busy: the noise this measurement competed with
             own = (_own_cpu_s() - self.own) * _HZ

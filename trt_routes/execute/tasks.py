@@ -27,6 +27,7 @@ class TrialTask:
     repeats: int
     seed: int = 0
     settle: SettleSpec = field(default_factory=SettleSpec)  # warm-up until settled (window 0: fixed only)
+    judge_busy: bool = False  # measurement.busy: refuse: the noise context must read enough ticks to judge
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ class TrialRunner:
             inputs_sha=ref[0], reference_sha=ref[1], l0_params=job.l0_params,
             warmup=job.measurement.warmup, iterations=job.measurement.iterations,
             repeats=job.measurement.repeats, seed=job.measurement.seed,
-            settle=settle_spec(job.measurement.settle),
+            settle=settle_spec(job.measurement.settle), judge_busy=job.measurement.busy.action == "refuse",
         )
 
     def run_trial(self, job: Job, route: str, ref: tuple[str, str]) -> TrialRecord:
