@@ -199,3 +199,46 @@ def test_retry_failed_flag_rules() -> None:
     for flags in ({"frozen": True}, {"plan": True}):
         with pytest.raises(UsageError, match="--retry-failed cannot be combined"):
             ApplyOptions.from_flags(retry_failed=True, **flags)  # type: ignore[arg-type]
+
+
+def test_a_scratch_folder_removed_under_the_worker_does_not_kill_it(tmp_path: Path) -> None:
+    """On a Ray node, a task's blob store (and the worker's scratch in it) lives in the task's staging
+    folder, removed as soon as the result is back, while the worker empties its scratch: the worker died
+    there (FileNotFoundError, exit code 1) and the next task, a node probe, failed with 'worker died'."""
+    from trt_routes.artifacts import BlobStore
+    from trt_routes.execute import worker
+
+    gone = tmp_path / "task-1" / "store"
+    kept = tmp_path / "task-2" / "store"
+    (worker._scratch("", BlobStore(gone)) / "engine.onnx").write_bytes(b"x")
+    (worker._scratch("", BlobStore(kept)) / "engine.onnx").write_bytes(b"x")
+    import shutil
+
+    shutil.rmtree(tmp_path / "task-1")  # what run_shipped's cleanup does
+    try:
+        worker._empty_scratch()
+        assert str(gone) not in {str(p.parent) for p in worker._SCRATCH.values()}  # forgotten
+        assert not any(worker._scratch("", BlobStore(kept)).iterdir())  # the live one was emptied
+    finally:
+        worker._SCRATCH.clear()
+
+
+def test_a_worker_that_died_idle_is_replaced_before_the_next_task() -> None:
+    """A real worker killed between tasks (after its result went back): the next task gets a new worker
+    instead of 'worker died' charged to it."""
+    import os
+    import signal
+
+    from trt_routes.execute.tasks import WarmupTask
+
+    with LocalExecutor() as executor:
+        first = executor.run(WarmupTask(backend="onnxruntime", spec=None), 60)  # type: ignore[arg-type]
+        assert first.status == "ok", first
+        assert executor._worker is not None
+        pid = executor._worker.proc.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        executor._worker.proc.join(5)
+        second = executor.run(WarmupTask(backend="onnxruntime", spec=None), 60)  # type: ignore[arg-type]
+    assert second.status == "ok", second
+    assert executor.workers_started == 2

@@ -86,6 +86,11 @@ class Worker:
             self.start_error = f"{type(exc).__name__}: {exc}"
         child.close()
 
+    def alive(self) -> bool:
+        """False once the process has exited (a worker that never started counts as alive: ``receive``
+        reports why it could not start)."""
+        return bool(self.start_error) or self.proc.is_alive()
+
     def send_bytes(self, data: bytes | memoryview) -> bool:
         """Put a pickled task in the worker's pipe (it runs after those already there); False if the worker
         is gone (``receive`` then says how it died)."""
@@ -173,6 +178,9 @@ class LocalExecutor(InFlightRun):
             data = ForkingPickler.dumps(self._waiting[0][1])
             if self._piped and len(data) > _QUEUED_TASK_MAX_BYTES:
                 return
+            if self._worker is not None and not self._piped and not self._worker.alive():
+                self._worker.kill()  # it died idle, after its last result: the next task is not to blame
+                self._worker = None
             if self._worker is None:
                 self._worker = Worker(self.env, self.cpus)
                 self.workers_started += 1

@@ -247,10 +247,18 @@ def _check_points(task: TrialTask, backend: Backend, runner: object, feeds: dict
 
 
 def _empty_scratch() -> None:
-    """One scratch folder per worker, emptied after each task."""
-    for folder in _SCRATCH.values():
-        for leftover in folder.iterdir():
-            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
+    """One scratch folder per worker and store, emptied after each task. A folder may be gone already:
+    on a Ray node the store lives in the task's staging folder, which the node removes as soon as the
+    result is back, racing this (a worker that died here took the next task down with it)."""
+    for key, folder in list(_SCRATCH.items()):
+        try:
+            leftovers = list(folder.iterdir())
+        except FileNotFoundError:
+            del _SCRATCH[key]  # its task's folder went with the task: nothing to empty, nothing to keep
+            continue
+        for leftover in leftovers:
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
 
 
 _SCRATCH: dict[str, Path] = {}
