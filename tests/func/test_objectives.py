@@ -4,6 +4,7 @@ facts a trial stores (p50/p90/p99, throughput, RSS delta, engine size; energy wh
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +263,81 @@ def test_the_html_report_shows_the_objective_and_the_pareto_front(tmp_path: Path
     assert 'data-route="-x=1"' not in section
     assert '<tr class="winner" data-route="-y=1"><td><code>-y=1</code> <b class=mark>winner</b>' in section
     assert "dominated by -y=1: faster at p99, less memory, smaller and less energy" in section
+
+
+def _tail_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, objective: str) -> Path:
+    """-x=1: the best median, and a heavy tail (every 10th run 5x); -y=1: the best p99."""
+    routes = {"": (1.0, {}), "-x=1": (0.7, {}), "-y=1": (0.8, {}), "-x=1 -y=1": (0.9, {})}
+    land = landscape(tmp_path / "l.json", routes, tail="-x=1", with_facts=False)
+    monkeypatch.setenv(ENV_VAR, str(land))
+    manifest = project(tmp_path / "p", land, {**OBJECTIVES, "p99": {"rank": "latency.p99"}}, objective)
+    edit_manifest(manifest, lambda d: d["strategies"]["s"].update(confirm={"slot_ms": 0}))
+    return manifest
+
+
+def test_a_tail_objective_is_confirmed_side_by_side_on_each_turns_p99(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = _tail_project(tmp_path, monkeypatch, "p99")
+    assert apply(open_project(manifest)).exit_code == 0
+    entry = lock_entry(manifest)
+    assert entry.route == "-y=1"
+    conf = entry.selection.confirmation
+    assert conf["statistic"] == "p99" and conf["turn_runs"] == 1000  # 10 runs above the quantile
+    (vs,) = [r for r in conf["vs_default"]["results"] if r["route"] == "-y=1"]
+    assert vs["passed"] and "p99 latency of the default" in vs["reason"]
+    assert all(r["route"] != "-x=1" for r in conf["vs_default"]["results"])  # its stored p99 is the worst
+    project_ = open_project(manifest)
+    with project_.open_cache() as cache:
+        rows = list(cache.db.query("select data from remeasurements"))
+    assert rows and all(json.loads(r["data"])["meta"]["slot_iterations"] >= 1000 for r in rows)
+    text = "\n".join(explain(project_, "m/a/cpu").decision)
+    assert "p99 latency, the objective's rank, over at least 1000 runs" in text
+    assert "not confirmed side by side" not in text
+    assert apply(open_project(manifest)).built == 0  # the stored re-measurement decides: nothing again
+
+
+def test_the_median_objective_confirms_the_route_a_tail_objective_rejects(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = _tail_project(tmp_path, monkeypatch, "fast")
+    assert apply(open_project(manifest)).exit_code == 0
+    entry = lock_entry(manifest)
+    assert entry.route == "-x=1"
+    assert "statistic" not in entry.selection.confirmation  # medians: the record reads as before objectives
+
+
+def test_an_objective_on_a_fact_that_is_not_timing_says_why_it_is_not_confirmed(tmp_path: Path, land: Path) -> None:
+    manifest = project(tmp_path / "p", land, OBJECTIVES, "small")
+    edit_manifest(manifest, lambda d: d["strategies"]["s"].update(confirm={}))
+    assert apply(open_project(manifest)).exit_code == 0
+    text = "\n".join(explain(open_project(manifest), "m/a/cpu").decision)
+    assert "not confirmed side by side: objective 'small' ranks by engine_mb" in text
+    assert "not timing noise" in text
+
+
+def test_onnxruntime_confirms_a_p90_objective_on_a_hundred_runs_a_turn(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """Real ONNX Runtime on CPU, real sleeps (tests/fault_backend.py: the default route sleeps 4 ms a run,
+    -sleep_ms=0 does not): the p90 objective's confirmation re-measures each turn over 100 runs, 10 of them
+    above the quantile, and the lock records how the winner was confirmed."""
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-sleep_ms=[0]",
+                            measurement={**ORT_FAST, "iterations": 20})
+
+    def tail(d: dict[str, Any]) -> None:
+        d["objectives"] = {"p90": {"rank": "latency.p90"}}
+        d["defaults"]["objective"] = "p90"
+        d["strategies"]["s"]["confirm"] = {"rounds": 6, "slot_ms": 0, "candidates": 1}
+        d["models"] = {"cnn": {**d["models"]["cnn"], "shapes": {"bs1": d["models"]["cnn"]["shapes"]["bs1"]}}}
+
+    edit_manifest(manifest, tail)
+    assert apply(open_project(manifest)).exit_code == 0
+    entry = Lockfile.read(manifest.parent / "tuning.lock").jobs["cnn/bs1/cpu"]
+    assert entry.route == "-sleep_ms=0"
+    conf = entry.selection.confirmation
+    assert conf is not None and conf["statistic"] == "p90" and conf["turn_runs"] == 100
+    (vs,) = conf["vs_default"]["results"]
+    assert vs["passed"] and "p90 latency of the default" in vs["reason"]
+    with open_project(manifest).open_cache() as cache:
+        (row,) = [json.loads(r["data"]) for r in cache.db.query("select data from remeasurements")]
+    assert row["meta"]["slot_iterations"] == 100
+    # every slot of the default is a p90 of 100 runs of >= 4 ms sleeps
+    assert all(t >= 4.0 for r, t in row["slots"] if r == "")

@@ -18,7 +18,7 @@ from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.execute.protocol import NoiseContext, settle
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
-from trt_routes.selection.confirm import run_sequential
+from trt_routes.selection.confirm import run_sequential, turn_runs, turn_value
 
 
 def run_remeasure(task: RemeasureTask) -> TaskResult:
@@ -37,7 +37,7 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
         if task.warmup:
             runner.time(feeds, task.warmup, 1, 1)
         warm[route] = settle(lambda n, r=runner: r.time(feeds, 0, n, 1), task.settle)  # type: ignore[misc]
-    iterations = task.iterations
+    iterations = turn_runs(task.statistic, task.iterations)
     if task.slot_ms > 0:
         first = runners[task.engines[0][0]]
         per_run = statistics.median(first.time(feeds, 0, 5, 1))
@@ -47,7 +47,7 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
 
     def turn(route: str, _round: int = 0) -> float:
         got = runners[route].time(feeds, 0, iterations, 1)
-        slots.append([route, float(f"{statistics.median(got):.6g}")])
+        slots.append([route, float(f"{turn_value(got, task.statistic):.6g}")])
         if task.keep_samples:
             samples[route] += [float(f"{s:.6g}") for s in got]
         return float(slots[-1][1])

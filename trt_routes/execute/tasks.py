@@ -98,3 +98,4 @@ class RemeasureTask:
     # sequential stopping (``trt_routes.selection.confirm.Stopping``): the first engine is the baseline, the
     # others its challengers; ``order`` is then ignored and each challenger stops once it is decided
     stopping: Stopping | None = None
+    statistic: str = "p50"  # what a slot reports: the median of its runs, or a tail quantile (p90, p99)

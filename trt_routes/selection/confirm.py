@@ -82,6 +82,39 @@ CONFIRM_RULE_BASELINE = ("; a winner other than the job's baseline must then bea
                          "baseline stays; a locked winner is replaced only by a route that beats it the same way")
 
 
+#: What one turn of the side-by-side re-measurement reports, per objective rank fact: the median of its runs
+#: (latency.p50, and throughput, which is the batch over the median at a fixed batch), or the quantile the
+#: objective ranks by. Memory, engine size, build time and energy are not re-measured: the first three are
+#: not timing noise, and energy counters (NVML's, RAPL's) tick too coarsely to read one turn.
+STATISTICS = {"latency.p50": "p50", "throughput": "p50", "latency.p90": "p90", "latency.p99": "p99"}
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+#: A turn's quantile comes from enough runs that this many of them lie above it (p90: 100 runs, p99: 1000),
+#: so one slow run moves it by an order statistic, not from the maximum to the median.
+TAIL_RUNS = 10
+
+
+def statistic_of(rank: str | None) -> str | None:
+    """The turn statistic that confirms an objective ranking by ``rank`` (None: no objective, the median);
+    None when that fact is not re-measured side by side."""
+    return "p50" if rank is None else STATISTICS.get(rank)
+
+
+def turn_runs(statistic: str, iterations: int) -> int:
+    """The fewest runs one turn takes for ``statistic``: ``iterations``, or enough for the quantile."""
+    q = QUANTILES[statistic]
+    return iterations if q == 0.5 else max(iterations, math.ceil(TAIL_RUNS / (1.0 - q) - 1e-9))
+
+
+def turn_value(samples: Sequence[float], statistic: str) -> float:
+    """One turn's value: the median of its runs, or their quantile (numpy's linear interpolation, as the
+    trials' stored facts compute it, ``trt_routes.facts.latency_facts``)."""
+    if statistic == "p50":
+        return float(statistics.median(samples))
+    import numpy as np
+
+    return float(np.quantile(np.asarray(samples, dtype=np.float64), QUANTILES[statistic]))
+
+
 def schedule(baseline: str, challengers: Sequence[str], rounds: int) -> list[str]:
     """The measurement order: the baseline before and after every challenger slot, challengers rotated
     each round (A B A C A D A, then A C A D A B A ...), so each challenger is paired with the baseline
@@ -239,7 +272,8 @@ def run_sequential(baseline: str, challengers: Sequence[str], stopping: Stopping
     return slots
 
 
-def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None = None) -> Decision:
+def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None = None,
+           statistic: str = "p50") -> Decision:
     """Which challenger (if any) beats the baseline beyond the margin and the noise; of those, the one
     with the lowest median slot time wins.
 
@@ -265,7 +299,8 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None
         median, low, high = median_interval(ratios, confidence)
         gain, noise = 1.0 - median, high - median
         early = f", stopped early at {len(ratios)} of {settings.rounds}" if len(ratios) < settings.rounds else ""
-        shown = (f"{median:.3f}x the time of {label} ({confidence:.1%} interval "
+        what = "the time" if statistic == "p50" else f"the {statistic} latency"
+        shown = (f"{median:.3f}x {what} of {label} ({confidence:.1%} interval "
                  f"{low:.3f}-{high:.3g}, {len(ratios)} interleaved rounds{early})")
         if verdict == "pass":
             passed, reason = True, f"confirmed: {shown}; beats the margin {settings.margin:.1%} and the noise"
@@ -302,7 +337,7 @@ DESIGN = "sequential-1"
 
 
 def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], settings: Confirm,
-                  rule: bool = False) -> str:
+                  rule: bool = False, statistic: str = "p50") -> str:
     """Cache key of a re-measurement: the job group, the routes and the re-measurement protocol. Not the
     margin or confidence: a stored record is reused under another rule wherever it decides every challenger
     under that rule too (``decides``; each challenger's ratios are a sequence any stopping rule may read).
@@ -312,6 +347,8 @@ def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], set
                                 "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION, "design": DESIGN}
     if rule:
         protocol.update(margin=settings.margin, confidence=settings.confidence, error_cap=ERROR_CAP)
+    if statistic != "p50":  # a tail objective's turns are quantiles of more runs (median keys read as before)
+        protocol.update(statistic=statistic, turn_runs=turn_runs(statistic, settings.iterations))
     return canonical.digest([group_key, baseline, sorted(challengers), protocol], 32)
 
 
@@ -326,9 +363,14 @@ def decides(m: Remeasurement, settings: Confirm) -> bool:
 Lookup = Callable[[str, tuple[str, ...]], Remeasurement | None]
 
 
-def challengers(sel: Selection, count: int, exclude: str = DEFAULT_ROUTE) -> tuple[str, ...]:
+def challengers(sel: Selection, count: int, exclude: str = DEFAULT_ROUTE,
+                rank: str | None = None) -> tuple[str, ...]:
     """The best ``count`` eligible routes other than ``exclude`` that could beat it (their interval starts
-    below the end of its interval; medians where intervals are missing), by median (ties: fewer knobs)."""
+    below the end of its interval; medians where intervals are missing), by median (ties: fewer knobs).
+    ``rank``: a tail latency fact (``latency.p90``, ``latency.p99``): by that fact from the trials, those
+    below ``exclude``'s (a quantile of one trial's samples has no interval here)."""
+    if rank is not None and statistic_of(rank) not in (None, "p50"):
+        return _tail_challengers(sel, count, exclude, rank)
     base = sel.verdict(exclude)
     bound = (base.ci_high if base.ci_high is not None else base.median_ms) if base is not None else None
 
@@ -342,8 +384,17 @@ def challengers(sel: Selection, count: int, exclude: str = DEFAULT_ROUTE) -> tup
     return tuple(v.route for v in eligible[:count])
 
 
+def _tail_challengers(sel: Selection, count: int, exclude: str, rank: str) -> tuple[str, ...]:
+    base = sel.verdict(exclude)
+    bound = base.facts.get(rank) if base is not None else None
+    eligible = [v for v in sel.verdicts if v.eligible and v.route != exclude and rank in v.facts
+                and (bound is None or v.facts[rank] < bound)]
+    eligible.sort(key=lambda v: (v.facts[rank], len(v.route.split()), v.route))
+    return tuple(v.route for v in eligible[:count])
+
+
 def resolve(sel: Selection, settings: Confirm | None, locked: str | None, lookup: Lookup,
-            seed: int = 0, baseline: str = DEFAULT_ROUTE) -> tuple[Selection, list[Request]]:
+            seed: int = 0, baseline: str = DEFAULT_ROUTE, rank: str | None = None) -> tuple[Selection, list[Request]]:
     """The selection after confirmation, and the re-measurements still missing (then the returned
     selection keeps the raw winner; apply measures the requests and resolves again).
 
@@ -351,7 +402,11 @@ def resolve(sel: Selection, settings: Confirm | None, locked: str | None, lookup
        eligible, the best ``settings.candidates`` other eligible routes are re-measured against it; the
        best confirmed one wins, else the baseline.
     2. No churn: if ``locked`` (the lock's route) is eligible and differs from that pick, the pick is
-       re-measured against it and replaces it only when confirmed; otherwise the locked route stays."""
+       re-measured against it and replaces it only when confirmed; otherwise the locked route stays.
+
+    ``rank``: the objective's rank fact; a tail latency (p90, p99) is confirmed on that quantile of each
+    turn (``turn_runs`` runs per turn), the median otherwise."""
+    statistic = statistic_of(rank) or "p50"
     base = sel.verdict(baseline)
     if baseline != DEFAULT_ROUTE:  # a job without one keeps its selection exactly as before baselines
         sel = dataclasses.replace(sel, baseline=baseline, baseline_ms=base.median_ms if base is not None and
@@ -362,14 +417,14 @@ def resolve(sel: Selection, settings: Confirm | None, locked: str | None, lookup
         what = "the default route" if baseline == DEFAULT_ROUTE else f"the baseline {describe(baseline)}"
         return _note(sel, f"no confirmation: {what} is not eligible, so nothing to compare with"), []
     label = None if baseline == DEFAULT_ROUTE else f"the baseline {describe(baseline)}"
-    chal = challengers(sel, settings.candidates, exclude=baseline)
+    chal = challengers(sel, settings.candidates, exclude=baseline, rank=rank)
     first: Decision | None = None
     pick = baseline
     if chal:
         m = lookup(baseline, chal)
         if m is None:
             return sel, [Request(baseline, chal)]
-        first = decide(m, settings, seed, label)
+        first = decide(m, settings, seed, label, statistic)
         pick = first.winner
     second: Decision | None = None
     held = sel.verdict(locked) if locked is not None else None
@@ -377,9 +432,9 @@ def resolve(sel: Selection, settings: Confirm | None, locked: str | None, lookup
         m2 = lookup(locked, (pick,))
         if m2 is None:
             return sel, [Request(locked, (pick,))]
-        second = decide(m2, settings, seed)
+        second = decide(m2, settings, seed, statistic=statistic)
         pick = second.winner
-    return _final(sel, settings, first, second, pick, baseline), []
+    return _final(sel, settings, first, second, pick, baseline, statistic), []
 
 
 def _note(sel: Selection, text: str) -> Selection:
@@ -387,7 +442,7 @@ def _note(sel: Selection, text: str) -> Selection:
 
 
 def _final(sel: Selection, settings: Confirm, first: Decision | None, second: Decision | None,
-           pick: str, baseline: str = DEFAULT_ROUTE) -> Selection:
+           pick: str, baseline: str = DEFAULT_ROUTE, statistic: str = "p50") -> Selection:
     by_route = {v.route: v for v in sel.verdicts}
     winner = by_route[pick]
     default = by_route.get(DEFAULT_ROUTE)
@@ -429,6 +484,9 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
             "iterations": settings.iterations, "slot_ms": settings.slot_ms,
             "vs_default": first.to_json() if first and not named else None,
             "vs_locked": second.to_json() if second else None, "raw_winner": sel.winner}
+    if statistic != "p50":  # kept apart, so entries confirmed on medians read as before
+        data["statistic"] = statistic
+        data["turn_runs"] = turn_runs(statistic, settings.iterations)
     if named:  # kept apart, so entries of jobs without a baseline read as before
         data["baseline"] = baseline
         data["vs_baseline"] = first.to_json() if first else None

@@ -16,7 +16,7 @@ from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
-from trt_routes.selection.confirm import Remeasurement, Request, decides, remeasure_key, resolve
+from trt_routes.selection.confirm import Remeasurement, Request, decides, remeasure_key, resolve, statistic_of
 from trt_routes.selection.rank import LossLookup, Selection, confirms, select
 
 
@@ -30,21 +30,30 @@ def locked_route(entry: LockEntry | None, job: Job) -> str | None:
     return entry.route
 
 
+def confirm_statistic(job: Job) -> str:
+    """What each side-by-side turn of ``job`` reports (``confirm.statistic_of``): the median, or the tail
+    quantile its objective ranks by."""
+    return statistic_of(job.objective.rank if job.objective else None) or "p50"
+
+
 def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
     """The lookup ``confirm.resolve`` takes: re-measurements of this job group from the cache. The rule-free
     record first (whatever margin and confidence it was measured under), when it decides under this rule;
     else the one measured for this rule (``remeasure_key(rule=True)``)."""
     settings = job.strategy.confirm
+    statistic = confirm_statistic(job)
 
     def lookup(baseline: str, challengers: tuple[str, ...]) -> Remeasurement | None:
         if settings is None:
             return None
-        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings))
+        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
+                                                        statistic=statistic))
         if data is not None:
             m = Remeasurement.from_json(data)
             if decides(m, settings):
                 return m  # measured under another margin or confidence, and it decides under this one too
-        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings, rule=True))
+        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings, rule=True,
+                                                        statistic=statistic))
         return Remeasurement.from_json(data) if data is not None else None
 
     return lookup
@@ -57,14 +66,16 @@ def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: lis
     the caller has it already."""
     sel = raw if raw is not None else select_for_job(job, trials, candidates, lookup)
     if not confirms(job.objective) and sel.winner is not None:
-        # confirmation compares medians side by side; an objective ranking by another fact decides alone
-        note = (f"not confirmed side by side: objective '{job.objective_name}' ranks by "
-                f"{job.objective.rank if job.objective else ''}, and confirmation compares medians; the "
-                "objective decides from the trials' stored facts")
+        # confirmation re-measures timings side by side; an objective ranking by another fact decides alone
+        rank = job.objective.rank if job.objective else ""
+        why = ("energy counters tick too coarsely to read one side-by-side turn" if rank.startswith("energy")
+               else f"{rank} is not timing noise: re-measuring it would read the same value")
+        note = (f"not confirmed side by side: objective '{job.objective_name}' ranks by {rank}, and {why}; "
+                "the objective decides from the trials' stored facts")
         sel, _ = resolve(sel, None, None, stored(cache, job), job.measurement.seed, baseline=job.baseline)
         return dataclasses.replace(sel, confirmation={"note": note}), []
     return resolve(sel, job.strategy.confirm, locked_route(entry, job), stored(cache, job), job.measurement.seed,
-                   baseline=job.baseline)
+                   baseline=job.baseline, rank=job.objective.rank if job.objective else None)
 
 
 def select_for_job(job: Job, trials: Mapping[str, TrialRecord], candidates: list[str],
@@ -94,7 +105,10 @@ def confirmation_lines(sel: Selection, pending: list[Request]) -> list[str]:
         return [f"Confirmation: {data['note']}."]
     lines = [f"Confirmation rule: a route must take less than {1 - data['margin']:.2f}x the baseline's time "
              f"side by side, with the upper end of its interval below 1.0x ({data['rounds']} interleaved rounds; "
-             f"each turn at least {data['iterations']} runs and {data.get('slot_ms', 0):g} ms)."]
+             f"each turn at least {data.get('turn_runs', data['iterations'])} runs and {data.get('slot_ms', 0):g} ms)."]
+    if data.get("statistic"):
+        lines.append(f"Each turn reports its {data['statistic']} latency, the objective's rank, over at least "
+                     f"{data['turn_runs']} runs, so that 10 runs or more lie above it; the ratios compare those.")
     if data.get("baseline"):
         lines.append(f"Baseline (the route to beat): {describe(data['baseline'])}.")
     for part, title in (("vs_default", "against the default route"), ("vs_baseline", "against the baseline"),

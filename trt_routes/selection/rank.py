@@ -6,8 +6,9 @@ With an objective (the manifest's ``objectives``, ``trt_routes.facts``): accurac
 the objective's ``limits`` filter (a route over a limit, or without the fact, is not eligible: "over the
 limit: engine_mb 250 > 200"), then its ``rank`` fact orders the rest (lower is better; ``throughput``:
 higher), ties to the default route, then fewer knobs. Confirmation (``selection.confirm``) re-measures
-medians side by side, so it applies when the objective ranks by ``latency.p50``; for any other rank fact
-the objective decides from the trials' stored facts and the selection says it was not confirmed."""
+timings side by side: medians for ``latency.p50`` and ``throughput``, each turn's p90 or p99 for a tail
+objective; for memory, engine size, build time and energy the objective decides from the trials' stored
+facts and the selection says it was not confirmed, and why."""
 
 from __future__ import annotations
 
@@ -179,9 +180,13 @@ def trial_facts(trial: TrialRecord, batch: int | None = None) -> dict[str, float
                           trial.build_s, batch)
 
 
+#: The rank facts side-by-side confirmation re-measures (``confirm.STATISTICS``: median or tail quantile).
+CONFIRMED_RANKS = ("latency.p50", "throughput", "latency.p90", "latency.p99")
+
+
 def confirms(objective: Objective | None) -> bool:
-    """Whether side-by-side confirmation (of medians) applies under ``objective``."""
-    return objective is None or objective.rank == "latency.p50"
+    """Whether side-by-side confirmation applies under ``objective`` (its rank is a timing)."""
+    return objective is None or objective.rank in CONFIRMED_RANKS
 
 
 def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: Tolerance,

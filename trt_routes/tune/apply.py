@@ -28,7 +28,7 @@ from trt_routes.routes import describe, route_dict
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
 from trt_routes.selection.confirm import Remeasurement, Request, Stopping, remeasure_key, schedule
-from trt_routes.selection.final import final_selection, select_for_job
+from trt_routes.selection.final import confirm_statistic, final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
 from trt_routes.share.remote import fetch_blob
 from trt_routes.tune.locking import LockWriter
@@ -336,9 +336,11 @@ class Applier(TrialRunner):
         meta = {k: v for k, v in result.meta.items() if k != "slots"}
         m = Remeasurement(request.baseline, request.challengers,
                           tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
-        key = remeasure_key(job.group_key, request.baseline, request.challengers, settings)
+        statistic = confirm_statistic(job)
+        key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, statistic=statistic)
         if facts.remeasurement(self.cache, key) is not None:  # stored under another rule, undecided under this
-            key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, rule=True)
+            key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, rule=True,
+                                statistic=statistic)
         facts.add_remeasurement(self.cache, key, job.group_key, job.name, m.to_json())
         if not tuning.requests and tuning.halt is not Halt.CUT:
             self.next_confirmation_round(tuning)
@@ -367,7 +369,7 @@ class Applier(TrialRunner):
             engines=engines, order=tuple(schedule(request.baseline, request.challengers, settings.rounds)),
             iterations=settings.iterations, warmup=job.measurement.warmup,
             settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms,
-            stopping=Stopping.of(settings, len(request.challengers)))
+            stopping=Stopping.of(settings, len(request.challengers)), statistic=confirm_statistic(job))
 
     def finish(self, tuning: _Tuning) -> JobOutcome:
         """Decide (after confirmation), materialize the winner's engine and lock it."""
