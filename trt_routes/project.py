@@ -76,7 +76,8 @@ class Project:
         return [j for j in self.jobs if any(fnmatch.fnmatchcase(j.name, p) for p in patterns)]
 
     def read_lock(self) -> Lockfile:
-        return Lockfile.read(self.lock_path, self.loaded.path.name)
+        """tuning.lock, through a memo of parsed copies beside the cache (``caches/lock-memo``)."""
+        return Lockfile.read(self.lock_path, self.loaded.path.name, memo=self.cache_path.parent / "lock-memo")
 
     def open_cache(self, create: bool = True) -> CacheStore:
         return CacheStore(self.cache_path, create=create)
