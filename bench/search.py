@@ -43,7 +43,18 @@ from trt_routes.plan import outcomes  # noqa: E402
 from trt_routes.routes import parse_expression  # noqa: E402
 from trt_routes.search import Outcome, Search, make_search  # noqa: E402
 from trt_routes.search.job import JobSearch  # noqa: E402
-from trt_routes.selection import DEFAULT_ROUTE, Remeasurement, Stopping, gate, resolve, run_sequential, select  # noqa: E402
+from trt_routes.selection import (  # noqa: E402
+    DEFAULT_ROUTE,
+    PILOT_RUNS,
+    Remeasurement,
+    Stopping,
+    gate,
+    resolve,
+    run_sequential,
+    select,
+    turn_size,
+    turn_target,
+)
 from trt_routes.signature import cpu_fields  # noqa: E402
 
 #: the quickstart's gate, for landscapes whose meta names no ``tolerance``
@@ -91,6 +102,7 @@ class World:
         self.clock = 0.0  # simulated seconds: recorded build times plus measured time
         self.aligned = bool(land.meta.get("aligned"))
         self.remeasure_slots = 0  # side-by-side turns measured (the sequential design stops early)
+        self.turn_runs: list[int] = []  # runs per turn of each re-measurement (confirm.turn_size)
 
     def trial(self, route: str) -> TrialRecord:
         k = self.count[route] = self.count.get(route, 0) + 1
@@ -114,9 +126,12 @@ class World:
         k = self.count["@remeasure"] = self.count.get("@remeasure", 0) + 1
         rng = np.random.default_rng(route_seed(self.seed, baseline, *challengers, k, "remeasure"))
         slots = []
-        # the worker's slot sizing: at least slot_ms per turn, from the baseline's per-run time
-        per_run = self.land.true_median(baseline) or 1.0
-        iterations = max(settings.iterations, math.ceil(settings.slot_ms / per_run))
+        # the worker's turn sizing (confirm.turn_size): a pilot of the baseline's runs, then enough runs per
+        # turn for its spread, within slot_ms and max_slot_ms
+        pilot = self.land.draw_at(baseline, float(rng.random()), PILOT_RUNS)
+        iterations = turn_size(pilot, settings.iterations, settings.slot_ms, settings.max_slot_ms,
+                               turn_target(settings))
+        self.turn_runs.append(iterations)
         state = {"round": -1, "in_round": 0, "position": 0.0}
 
         def measure(route: str, k: int) -> float:

@@ -8,7 +8,6 @@ Returns the slot medians in order (``meta["slots"]``) with the noise context; se
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.execute.protocol import NoiseContext, settle
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
-from trt_routes.selection.confirm import run_sequential, turn_runs, turn_value
+from trt_routes.selection.confirm import PILOT_RUNS, run_sequential, turn_runs, turn_size, turn_value
 
 
 def run_remeasure(task: RemeasureTask) -> TaskResult:
@@ -38,10 +37,12 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
             runner.time(feeds, task.warmup, 1, 1)
         warm[route] = settle(lambda n, r=runner: r.time(feeds, 0, n, 1), task.settle)  # type: ignore[misc]
     iterations = turn_runs(task.statistic, task.iterations)
-    if task.slot_ms > 0:
+    if task.slot_ms > 0 or task.turn_target > 0:
         first = runners[task.engines[0][0]]
-        per_run = statistics.median(first.time(feeds, 0, 5, 1))
-        iterations = max(iterations, min(100_000, math.ceil(task.slot_ms / max(per_run, 1e-6))))
+        pilot = first.time(feeds, 0, 5, 1)
+        if task.turn_target > 0 and statistics.median(pilot) * PILOT_RUNS <= max(task.max_slot_ms, 1e-9):
+            pilot += first.time(feeds, 0, PILOT_RUNS - 5, 1)  # enough runs to see the spread, cheaply
+        iterations = turn_size(pilot, iterations, task.slot_ms, task.max_slot_ms, task.turn_target)
     slots: list[list[Any]] = []
     samples: dict[str, list[float]] = {route: [] for route in runners}
 

@@ -95,6 +95,9 @@ class RemeasureTask:
     settle: SettleSpec = field(default_factory=SettleSpec)
     keep_samples: bool = False  # also return every slot's samples (the landscape recorder wants them)
     slot_ms: float = 0.0  # a slot lasts at least this long: iterations raised from the first engine's timing
+    # turns sized to the first engine's noise (``confirm.turn_size``): the relative error aimed at, and the cap
+    turn_target: float = 0.0
+    max_slot_ms: float = 0.0
     # sequential stopping (``trt_routes.selection.confirm.Stopping``): the first engine is the baseline, the
     # others its challengers; ``order`` is then ignored and each challenger stops once it is decided
     stopping: Stopping | None = None

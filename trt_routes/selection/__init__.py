@@ -3,6 +3,7 @@ route (confirm) and the final decision that combines them (final). Pure function
 executor, no writes."""
 
 from trt_routes.selection.confirm import (
+    PILOT_RUNS,
     Remeasurement,
     Request,
     Stopping,
@@ -10,8 +11,10 @@ from trt_routes.selection.confirm import (
     resolve,
     run_sequential,
     schedule,
+    turn_size,
+    turn_target,
 )
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, gate, select
 
-__all__ = ["DEFAULT_ROUTE", "Remeasurement", "Request", "Selection", "Stopping", "gate", "median_interval", "resolve",
-           "run_sequential", "schedule", "select"]
+__all__ = ["DEFAULT_ROUTE", "PILOT_RUNS", "Remeasurement", "Request", "Selection", "Stopping", "gate",
+           "median_interval", "resolve", "run_sequential", "schedule", "select", "turn_size", "turn_target"]

@@ -115,6 +115,32 @@ def turn_value(samples: Sequence[float], statistic: str) -> float:
     return float(np.quantile(np.asarray(samples, dtype=np.float64), QUANTILES[statistic]))
 
 
+#: Runs of the baseline timed (after its warm-up) to see its spread before turns are sized.
+PILOT_RUNS = 20
+
+
+def turn_target(settings: Confirm) -> float:
+    """The relative standard error a turn's median is sized for: margin / (2 sqrt 2), so the ratio of two
+    turns is within half the margin (a margin under 1% is sized as 1%: a turn cannot grow without end)."""
+    return 0.0 if settings.max_slot_ms <= 0 else max(settings.margin, 0.01) / (2.0 * math.sqrt(2.0))
+
+
+def turn_size(pilot: Sequence[float], floor_runs: int, slot_ms: float, max_slot_ms: float, target: float) -> int:
+    """Runs per turn: at least ``floor_runs`` and ``slot_ms`` worth; then as many as the spread of the
+    ``pilot`` runs (the baseline's, in ms) says a turn's median needs to be within ``target`` (relative
+    standard error 1.2533 * sigma / sqrt(n), sigma from the median absolute deviation, robust to the pilot's
+    own outliers), at most ``max_slot_ms`` worth. A quiet 0.04 ms route needs a few dozen runs where a
+    fixed 20 ms turn took 500; a noisy one takes up to the cap."""
+    per_run = max(float(statistics.median(pilot)), 1e-6) if pilot else 1.0
+    low = max(1, floor_runs, math.ceil(slot_ms / per_run) if slot_ms > 0 else 0)
+    if target <= 0 or len(pilot) < 5:
+        return min(100_000, low)
+    spread = 1.4826 * float(statistics.median(abs(x - per_run) for x in pilot)) / per_run
+    need = math.ceil((1.2533 * spread / target) ** 2)
+    high = max(low, int(max_slot_ms / per_run))
+    return min(100_000, max(low, min(need, high)))
+
+
 def schedule(baseline: str, challengers: Sequence[str], rounds: int) -> list[str]:
     """The measurement order: the baseline before and after every challenger slot, challengers rotated
     each round (A B A C A D A, then A C A D A B A ...), so each challenger is paired with the baseline
@@ -345,6 +371,8 @@ def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], set
     margin, confidence and the error cap are part of it)."""
     protocol: dict[str, Any] = {"rounds": settings.rounds, "iterations": settings.iterations,
                                 "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION, "design": DESIGN}
+    if settings.max_slot_ms > 0:  # turns sized to the noise (sizing off: keys read as before it)
+        protocol.update(max_slot_ms=settings.max_slot_ms, sizing="mad-1")
     if rule:
         protocol.update(margin=settings.margin, confidence=settings.confidence, error_cap=ERROR_CAP)
     if statistic != "p50":  # a tail objective's turns are quantiles of more runs (median keys read as before)
@@ -481,7 +509,7 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
         chosen = (second.result(pick) if second else None) or (first.result(pick) if first else None)
         summary = f"{describe(pick)} chosen: {chosen.reason if chosen else 'confirmed'}"
     data = {"margin": settings.margin, "confidence": settings.confidence, "rounds": settings.rounds,
-            "iterations": settings.iterations, "slot_ms": settings.slot_ms,
+            "iterations": settings.iterations, "slot_ms": settings.slot_ms, "max_slot_ms": settings.max_slot_ms,
             "vs_default": first.to_json() if first and not named else None,
             "vs_locked": second.to_json() if second else None, "raw_winner": sel.winner}
     if statistic != "p50":  # kept apart, so entries confirmed on medians read as before

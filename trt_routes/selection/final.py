@@ -105,7 +105,9 @@ def confirmation_lines(sel: Selection, pending: list[Request]) -> list[str]:
         return [f"Confirmation: {data['note']}."]
     lines = [f"Confirmation rule: a route must take less than {1 - data['margin']:.2f}x the baseline's time "
              f"side by side, with the upper end of its interval below 1.0x ({data['rounds']} interleaved rounds; "
-             f"each turn at least {data.get('turn_runs', data['iterations'])} runs and {data.get('slot_ms', 0):g} ms)."]
+             f"each turn at least {data.get('turn_runs', data['iterations'])} runs and {data.get('slot_ms', 0):g} ms"
+             + (f", sized to the baseline's noise up to {data['max_slot_ms']:g} ms" if data.get("max_slot_ms") else "")
+             + ")."]
     if data.get("statistic"):
         lines.append(f"Each turn reports its {data['statistic']} latency, the objective's rank, over at least "
                      f"{data['turn_runs']} runs, so that 10 runs or more lie above it; the ratios compare those.")
