@@ -264,6 +264,8 @@ class Lockfile:
     jobs: dict[str, LockEntry] = field(default_factory=LockJobs)
     manifest_name: str = "tuning.yaml"
     writes: int = 0
+    #: the digest of the entries as read (``_entries_digest``): a write with nothing changed renders nothing
+    read_digest: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, LockJobs):
@@ -292,8 +294,13 @@ class Lockfile:
         jobs = data.get("jobs") or {}
         if not isinstance(jobs, dict):
             raise LockfileError(f"{path}: 'jobs' must be a mapping", "restore it from git")
-        return cls(path=path, jobs=LockJobs({name: parse_entry(name, e, path) for name, e in jobs.items()}),
+        lock = cls(path=path, jobs=LockJobs({name: parse_entry(name, e, path) for name, e in jobs.items()}),
                    manifest_name=manifest_name)
+        lock.read_digest = lock._entries_digest()
+        return lock
+
+    def _entries_digest(self) -> str:
+        return canonical.digest({name: entry.to_data() for name, entry in self.jobs.items()}, 32)
 
     def render(self) -> str:
         body = {"lock_version": LOCK_VERSION,
@@ -304,10 +311,17 @@ class Lockfile:
         return HEADER.format(manifest=self.manifest_name) + text
 
     def write(self) -> bool:
-        """Write atomically when the content changed; True when the file was written."""
+        """Write atomically when the content changed; True when the file was written. Entries unchanged
+        since the read are not rendered at all (a no-op apply on a 200-job lock spent 0.1 s in PyYAML's
+        representer to find the text unchanged)."""
+        digest = self._entries_digest()
+        if self.read_digest is not None and self.path.exists() and digest == self.read_digest:
+            return False
         text = self.render()
         if self.path.exists() and self.path.read_text(encoding="utf-8") == text:
+            self.read_digest = digest
             return False
         atomic_write_text(self.path, text)
+        self.read_digest = digest  # what the file now holds
         self.writes += 1
         return True

@@ -59,3 +59,22 @@ def test_a_memo_that_cannot_be_written_does_not_fail_the_read(tmp_path: Path, ti
     memo.write_text("a file where the folder should be")
     lock = Lockfile.read(project.lock_path, memo=memo)
     assert lock.jobs and memo.is_file()
+
+
+def test_a_write_with_nothing_changed_renders_nothing_and_a_change_is_written(
+        tmp_path: Path, tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = make_project(tmp_path / "p", tiny_models)
+    assert apply(open_project(manifest)).exit_code == 0
+    lock = open_project(manifest).read_lock()
+    before = lock.path.read_bytes()
+    rendered: list[int] = []
+    real = Lockfile.render
+    monkeypatch.setattr(Lockfile, "render", lambda self: rendered.append(1) or real(self))
+    assert lock.write() is False and not rendered  # unchanged since the read: not even rendered
+    name = sorted(lock.jobs)[0]
+    del lock.jobs[name]
+    assert lock.write() is True and rendered and name not in lock.path.read_text()
+    assert lock.write() is False  # written: the new content is what was read now
+    assert before != lock.path.read_bytes()
+    lock.path.unlink()
+    assert lock.write() is True  # the file is gone: written again even though nothing changed
