@@ -237,25 +237,34 @@ _Dumper.add_representer(list, _list)
 _MEMO_KEEP = 4
 
 
-def _memo_parse(raw: bytes, memo: Path) -> Any:
-    """The YAML document in ``raw``, from ``memo/<sha256>.json`` when an earlier read parsed these very
-    bytes (JSON loads ~50x faster than PyYAML constructs: 0.15 s for a 200-job lock), else parsed and
-    remembered. The key is the content's digest, so an edited, checked-out or merged lock is parsed anew;
-    the copy is written atomically and a memo that cannot be read or written is only slower."""
-    key = hashlib.sha256(raw + _MEMO_SALT).hexdigest()
-    target = memo / f"{key}.json"
+def _memo_key(raw: bytes) -> str:
+    return hashlib.sha256(raw + _MEMO_SALT).hexdigest()
+
+
+def _memo_parse(raw: bytes, memo: Path, remember: bool) -> Any:
+    """The YAML document in ``raw``, from ``memo/<sha256>.json`` when these very bytes were parsed or
+    written before (JSON loads ~50x faster than PyYAML constructs: 0.15 s for a 200-job lock), else parsed,
+    and remembered when ``remember`` (commands that write anyway: plan and dry runs leave no file). The key
+    is the content's digest, so an edited, checked-out or merged lock is parsed anew; a memo that cannot be
+    read or written is only slower."""
     with contextlib.suppress(OSError, ValueError):
-        return json.loads(target.read_bytes())
+        return json.loads((memo / f"{_memo_key(raw)}.json").read_bytes())
     data = yaml.load(raw.decode("utf-8"), Loader=_Loader)
-    with contextlib.suppress(OSError, TypeError, ValueError):  # a memo only: never fail a read over it
-        text = json.dumps(data, allow_nan=False, separators=(",", ":"))
-        if json.loads(text) == data:  # only what JSON holds exactly (YAML dates, say, would come back as text)
-            memo.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(target, text)
-            old = sorted(memo.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[_MEMO_KEEP:]
-            for stale in old:
-                stale.unlink(missing_ok=True)
+    if remember:
+        _remember(memo, raw, data)
     return data
+
+
+def _remember(memo: Path, raw: bytes, data: Any) -> None:
+    """Keep ``data`` as the parse of ``raw`` (written atomically; the newest few copies are kept)."""
+    with contextlib.suppress(OSError, TypeError, ValueError):  # a memo only: never fail over it
+        text = json.dumps(data, allow_nan=False, separators=(",", ":"))
+        if json.loads(text) != data:  # only what JSON holds exactly (YAML dates, say, would come back as text)
+            return
+        memo.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(memo / f"{_memo_key(raw)}.json", text)
+        for stale in sorted(memo.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[_MEMO_KEEP:]:
+            stale.unlink(missing_ok=True)
 
 
 @dataclass
@@ -266,20 +275,25 @@ class Lockfile:
     writes: int = 0
     #: the digest of the entries as read (``_entries_digest``): a write with nothing changed renders nothing
     read_digest: str | None = field(default=None, compare=False, repr=False)
+    #: the memo folder of parsed copies (``_memo_parse``) a write keeps its new content in
+    memo: Path | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, LockJobs):
             self.jobs = LockJobs({name: parse_entry(name, e, self.path) for name, e in self.jobs.items()})
 
     @classmethod
-    def read(cls, path: Path, manifest_name: str = "tuning.yaml", memo: Path | None = None) -> Lockfile:
+    def read(cls, path: Path, manifest_name: str = "tuning.yaml", memo: Path | None = None,
+             remember: bool = False) -> Lockfile:
         """The lockfile at ``path``; an empty one when the file does not exist. ``memo``: a folder of
-        parsed copies keyed by the file's sha256 (``_memo_parse``)."""
+        parsed copies keyed by the file's sha256 (``_memo_parse``), written to when ``remember`` and by
+        ``write``."""
         if not path.exists():
-            return cls(path=path, manifest_name=manifest_name)
+            return cls(path=path, manifest_name=manifest_name, memo=memo if remember else None)
         try:
             raw = path.read_bytes()
-            data = _memo_parse(raw, memo) if memo is not None else yaml.load(raw.decode("utf-8"), Loader=_Loader)
+            data = (_memo_parse(raw, memo, remember) if memo is not None
+                    else yaml.load(raw.decode("utf-8"), Loader=_Loader))
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise LockfileError(f"{path}: not a valid lockfile: {exc}",
                                 "restore it from git (git checkout -- tuning.lock) or delete it and "
@@ -295,7 +309,7 @@ class Lockfile:
         if not isinstance(jobs, dict):
             raise LockfileError(f"{path}: 'jobs' must be a mapping", "restore it from git")
         lock = cls(path=path, jobs=LockJobs({name: parse_entry(name, e, path) for name, e in jobs.items()}),
-                   manifest_name=manifest_name)
+                   manifest_name=manifest_name, memo=memo if remember else None)
         lock.read_digest = lock._entries_digest()
         return lock
 
@@ -303,12 +317,15 @@ class Lockfile:
         return canonical.digest({name: entry.to_data() for name, entry in self.jobs.items()}, 32)
 
     def render(self) -> str:
+        return self._render()[0]
+
+    def _render(self) -> tuple[str, dict[str, Any]]:
         body = {"lock_version": LOCK_VERSION,
                 "jobs": {name: _round(canonical.normalize(entry.to_data()))
                          for name, entry in sorted(self.jobs.items())}}
         text = yaml.dump(body, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True,
                          width=100)
-        return HEADER.format(manifest=self.manifest_name) + text
+        return HEADER.format(manifest=self.manifest_name) + text, body
 
     def write(self) -> bool:
         """Write atomically when the content changed; True when the file was written. Entries unchanged
@@ -317,11 +334,13 @@ class Lockfile:
         digest = self._entries_digest()
         if self.read_digest is not None and self.path.exists() and digest == self.read_digest:
             return False
-        text = self.render()
+        text, body = self._render()
         if self.path.exists() and self.path.read_text(encoding="utf-8") == text:
             self.read_digest = digest
             return False
         atomic_write_text(self.path, text)
         self.read_digest = digest  # what the file now holds
+        if self.memo is not None:  # the next plan reads it without PyYAML
+            _remember(self.memo, text.encode("utf-8"), body)
         self.writes += 1
         return True

@@ -75,9 +75,18 @@ class Project:
             return self.jobs
         return [j for j in self.jobs if any(fnmatch.fnmatchcase(j.name, p) for p in patterns)]
 
-    def read_lock(self) -> Lockfile:
-        """tuning.lock, through a memo of parsed copies beside the cache (``caches/lock-memo``)."""
-        return Lockfile.read(self.lock_path, self.loaded.path.name, memo=self.cache_path.parent / "lock-memo")
+    def read_lock(self, remember: bool = False) -> Lockfile:
+        """tuning.lock, through a memo of parsed copies beside the cache (``caches/lock-memo``); ``remember``
+        (apply): the memo keeps this read's parse and every write's (plan and dry runs write nothing)."""
+        return Lockfile.read(self.lock_path, self.loaded.path.name, memo=self.cache_path.parent / "lock-memo",
+                             remember=remember)
+
+    def read_cache(self) -> CacheStore:
+        """The trial cache to read without writing anything: the project's when it exists, else an empty
+        one in memory (no file is created)."""
+        if self.cache_path.exists():
+            return self.open_cache(create=False)
+        return CacheStore(Path(":memory:"))
 
     def open_cache(self, create: bool = True) -> CacheStore:
         return CacheStore(self.cache_path, create=create)

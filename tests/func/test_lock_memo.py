@@ -19,7 +19,7 @@ def test_a_second_read_of_the_same_bytes_does_not_parse_yaml(
     manifest = make_project(tmp_path / "p", tiny_models)
     assert apply(open_project(manifest)).exit_code == 0
     project = open_project(manifest)
-    first = project.read_lock()  # parses and remembers (apply may have already)
+    first = project.read_lock()  # apply's lock write left the memo of this very content
     memo = project.cache_path.parent / "lock-memo"
     assert len(list(memo.glob("*.json"))) >= 1
 
@@ -57,8 +57,10 @@ def test_a_memo_that_cannot_be_written_does_not_fail_the_read(tmp_path: Path, ti
 
     shutil.rmtree(memo, ignore_errors=True)
     memo.write_text("a file where the folder should be")
-    lock = Lockfile.read(project.lock_path, memo=memo)
+    lock = Lockfile.read(project.lock_path, memo=memo, remember=True)
     assert lock.jobs and memo.is_file()
+    del lock.jobs[sorted(lock.jobs)[0]]
+    assert lock.write() is True  # the lock is written; only its memo copy could not be
 
 
 def test_a_write_with_nothing_changed_renders_nothing_and_a_change_is_written(
@@ -68,8 +70,8 @@ def test_a_write_with_nothing_changed_renders_nothing_and_a_change_is_written(
     lock = open_project(manifest).read_lock()
     before = lock.path.read_bytes()
     rendered: list[int] = []
-    real = Lockfile.render
-    monkeypatch.setattr(Lockfile, "render", lambda self: rendered.append(1) or real(self))
+    real = Lockfile._render
+    monkeypatch.setattr(Lockfile, "_render", lambda self: rendered.append(1) or real(self))
     assert lock.write() is False and not rendered  # unchanged since the read: not even rendered
     name = sorted(lock.jobs)[0]
     del lock.jobs[name]
@@ -78,3 +80,35 @@ def test_a_write_with_nothing_changed_renders_nothing_and_a_change_is_written(
     assert before != lock.path.read_bytes()
     lock.path.unlink()
     assert lock.write() is True  # the file is gone: written again even though nothing changed
+
+
+def test_plan_and_a_dry_run_write_nothing_on_a_fresh_checkout(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """A fresh clone: `plan` and `apply --dry-run` create no cache, project lock or memo file."""
+    from _project import cli
+
+    manifest = make_project(tmp_path / "p", tiny_models)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for args in (("plan",), ("apply", "--dry-run"), ("plan", "--json"), ("apply", "--dry-run", "--json")):
+        code, out = cli(*args, "-m", str(manifest))
+        assert code == 0, (args, out)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert apply(open_project(manifest)).exit_code == 0  # and the real apply still works after them
+
+
+def test_plan_after_apply_reads_the_lock_without_yaml_and_writes_nothing(
+        tmp_path: Path, tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from _project import cli
+
+    manifest = make_project(tmp_path / "p", tiny_models)
+    assert apply(open_project(manifest)).exit_code == 0  # its lock write left the memo of the new lock
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    real = yaml.load
+
+    def only_the_manifest(stream: object, Loader: object = None) -> object:
+        assert "lock_version" not in str(stream), "tuning.lock was parsed with PyYAML"
+        return real(stream, Loader=Loader)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(yaml, "load", only_the_manifest)
+    code, out = cli("plan", "-m", str(manifest))
+    assert code == 0 and "up to date" in out.lower(), out
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files

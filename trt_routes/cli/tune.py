@@ -14,7 +14,6 @@ from trt_routes.cli.common import JsonOpt, ManifestOpt, OnlyOpt, console, open_p
 from trt_routes.errors import Exit, UsageError
 
 if TYPE_CHECKING:
-    from trt_routes.cache.store import CacheStore
     from trt_routes.gitops.frozen import FrozenOptions
     from trt_routes.plan.saved import SavedPlan
     from trt_routes.project import Project
@@ -121,7 +120,7 @@ def plan(
     project = open_project(manifest)
     select_jobs(project, only)
     lock = project.read_lock()
-    with _read_cache(project) as cache:
+    with project.read_cache() as cache:
         the_plan = compute_plan(project, cache, lock, only)
         if out is not None:
             from trt_routes.plan.saved import PlanState, save_plan
@@ -132,16 +131,6 @@ def plan(
     else:
         render_plan(the_plan, console())
     raise typer.Exit(Exit.WORK if check and the_plan.has_work else Exit.OK)
-
-
-def _read_cache(project: Project) -> CacheStore:
-    """The trial cache to plan against without writing anything: the project's when it exists, else an empty
-    one in memory (plan creates no file)."""
-    from trt_routes.cache.store import CacheStore
-
-    if project.cache_path.exists():
-        return project.open_cache(create=False)
-    return CacheStore(Path(":memory:"))
 
 
 @app.command()
