@@ -19,6 +19,11 @@ Prints where apply's wall time goes, then as its LAST line::
 
     apply/bare=X.XX confirm_share=Y.YY outside_measurement=Z.ZZ noop_plan_adaptive_s=S.SS noop_apply_adaptive_s=T.TT
 
+Both subprocesses run as on a user's machine: Python writes and reads its bytecode (``PYTHONDONTWRITEBYTECODE``,
+set in some sandboxes and CI images, is removed from their environment, and one untimed import of every module
+first writes the ``__pycache__`` files; without them each process compiled ~70 modules, 0.1 s, and the worker
+as many again). ``--bytecode-off`` keeps the caller's setting.
+
 ``confirm_share``: re-measurement time / apply's wall time; ``outside_measurement``: 1 - (trials' and
 re-measurements' build + measure time) / apply's wall time (reference runs count as outside: the bare loop
 needs none). ``--tiny``: two quickstart jobs, two knobs, a small measurement and a small synthetic project
@@ -63,11 +68,32 @@ def quickstart_copy(dest: Path, tiny: bool) -> Path:
     return dest / "tuning.yaml"
 
 
+#: Set by ``--bytecode-off``: the timed subprocesses keep the caller's PYTHONDONTWRITEBYTECODE.
+KEEP_BYTECODE_SETTING = False
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The timed subprocesses' environment: this repo on PYTHONPATH, bytecode on as Python's default."""
+    env = {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+    if not KEEP_BYTECODE_SETTING:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def write_bytecode() -> None:
+    """One untimed import of what apply, its worker and the bare loop import: the __pycache__ files a user's
+    first run leaves (pip writes them for installed packages)."""
+    code = ("import trt_routes.cli.app, trt_routes.cli.tune, trt_routes.tune.apply, trt_routes.report.console, "
+            "trt_routes.execute.worker, trt_routes.execute.local, trt_routes.backends.onnxruntime, "
+            "trt_routes.plan.saved, trt_routes.audit.explain, trt_routes.project")
+    subprocess.run([sys.executable, "-c", code], env=child_env(), check=True)
+
+
 def timed_apply(manifest: Path) -> tuple[float, list[dict[str, Any]]]:
     """(wall seconds of ``trt-routes apply`` as a subprocess, its timing events)."""
     log = manifest.parent / "timings.jsonl"
-    env = {**os.environ, "TRT_ROUTES_TIMINGS": str(log), "PYTHONPATH": os.pathsep.join(
-        [str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+    env = child_env(TRT_ROUTES_TIMINGS=str(log))
     cmd = [sys.executable, "-c", "from trt_routes.cli.app import main; main()", "apply", "--json"]
     launched = time.time()
     t0 = time.perf_counter()
@@ -129,8 +155,7 @@ def timed_bare(manifest: Path, routes: list[tuple[str, str]], work: Path) -> tup
     work.mkdir(parents=True, exist_ok=True)
     spec = work / "bare.json"
     spec.write_text(json.dumps({"manifest": str(manifest), "routes": routes, "work": str(work)}))
-    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+    env = {"OPENBLAS_NUM_THREADS": "1", **child_env()}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--bare", str(spec)], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -194,13 +219,19 @@ def main() -> None:
                     "last line uses their medians)")
     ap.add_argument("--aa-seeds", type=int, default=0, help="also run bench/search.py on the A/A landscapes")
     ap.add_argument("--bare", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--bytecode-off", action="store_true", help="keep the caller's PYTHONDONTWRITEBYTECODE in "
+                    "the timed subprocesses (default: Python's own, bytecode written and read)")
     args = ap.parse_args()
     if args.bare is not None:
         bare_loop_main(args.bare)
         return
+    global KEEP_BYTECODE_SETTING
+    KEEP_BYTECODE_SETTING = args.bytecode_off
+    write_bytecode()
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"# bench/tool_time.py {'--tiny ' if args.tiny else ''}({stamp}, "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, bytecode "
+          f"{'as the caller has it' if args.bytecode_off else 'on'})")
     ratios, confirm, outside = [], [], []
     with tempfile.TemporaryDirectory() as tmpdir:
         for k in range(args.repeat):
