@@ -8,8 +8,10 @@ In one invocation:
    side-by-side re-measurement as the worker reports it, the plan, the executor, the lock writes.
 2. A bare Python loop over the very routes that apply built, with the same protocol: per route one ONNX
    Runtime session built and loaded through ``trt_routes.backends.onnxruntime`` (the same engines), then
-   the manifest's warmup, iterations and repeats. No executor, cache, plan or confirmation; also a
-   subprocess (interpreter and imports included), timed end to end.
+   the measurement protocol through its own function (``execute.protocol.timed_samples``: the fixed warm-up,
+   the warm-up until settled of ``measurement.settle``, the timed repeats). The same loop without the
+   warm-up until settled (warmup, iterations, repeats alone) is reported beside it. No executor, cache,
+   plan or confirmation; also a subprocess (interpreter and imports included), timed end to end.
 3. The no-op ``plan`` and ``apply`` with ``adaptive`` on bench/plan_overhead.py's synthetic project
    (200 jobs, ~50k trials by default; real engines, so confirmation really happened).
 4. Optionally (``--aa-seeds N``) bench/search.py over the A/A landscapes (bench/landscapes/aa-*.json), the
@@ -84,9 +86,10 @@ def child_env(**extra: str) -> dict[str, str]:
 def write_bytecode() -> None:
     """One untimed import of what apply, its worker and the bare loop import: the __pycache__ files a user's
     first run leaves (pip writes them for installed packages)."""
-    code = ("import trt_routes.cli.app, trt_routes.cli.tune, trt_routes.tune.apply, trt_routes.report.console, "
-            "trt_routes.execute.worker, trt_routes.execute.local, trt_routes.backends.onnxruntime, "
-            "trt_routes.plan.saved, trt_routes.audit.explain, trt_routes.project")
+    modules = ["trt_routes.cli.app", "trt_routes.cli.tune", "trt_routes.tune.apply", "trt_routes.report.console",
+               "trt_routes.execute.worker", "trt_routes.execute.local", "trt_routes.backends.onnxruntime",
+               "trt_routes.plan.saved", "trt_routes.audit.explain", "trt_routes.project"]
+    code = f"import importlib\nfor m in {modules!r}:\n    importlib.import_module(m)"
     subprocess.run([sys.executable, "-c", code], env=child_env(), check=True)
 
 
@@ -123,6 +126,7 @@ def bare_loop_main(spec_path: Path) -> None:
     import numpy as np
 
     from trt_routes.backends.onnxruntime import OnnxRuntimeBackend
+    from trt_routes.execute.protocol import settle_spec, timed_samples
     from trt_routes.project import open_project
     from trt_routes.routes import route_dict
 
@@ -143,18 +147,23 @@ def bare_loop_main(spec_path: Path) -> None:
         t0 = time.perf_counter()
         backend.build(build_spec, engine)
         runner = backend.load(engine, build_spec)
-        runner.time(feeds, m.warmup, m.iterations, m.repeats)
+        if spec["settle"]:  # the protocol's own code: fixed warm-up, warm-up until settled, timed repeats
+            timed_samples(runner, feeds, m.warmup, m.iterations, m.repeats, settle_spec(m.settle))
+        else:
+            runner.time(feeds, m.warmup, m.iterations, m.repeats)
         del runner
         inside += time.perf_counter() - t0
     (out / "inside.json").write_text(json.dumps({"build_measure_s": inside}))
 
 
-def timed_bare(manifest: Path, routes: list[tuple[str, str]], work: Path) -> tuple[float, float]:
+def timed_bare(manifest: Path, routes: list[tuple[str, str]], work: Path, settle: bool) -> tuple[float, float]:
     """(wall seconds of the bare loop's process, seconds inside its build+load+time calls). It runs under the
-    worker's environment defaults (one OpenBLAS thread), as apply's trials do."""
+    worker's environment defaults (one OpenBLAS thread), as apply's trials do. ``settle``: the whole
+    measurement protocol (``measurement.settle``'s warm-up until settled included), else warmup, iterations
+    and repeats alone."""
     work.mkdir(parents=True, exist_ok=True)
     spec = work / "bare.json"
-    spec.write_text(json.dumps({"manifest": str(manifest), "routes": routes, "work": str(work)}))
+    spec.write_text(json.dumps({"manifest": str(manifest), "routes": routes, "work": str(work), "settle": settle}))
     env = {"OPENBLAS_NUM_THREADS": "1", **child_env()}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--bare", str(spec)], env=env, capture_output=True, text=True)
@@ -232,13 +241,15 @@ def main() -> None:
     print(f"# bench/tool_time.py {'--tiny ' if args.tiny else ''}({stamp}, "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, bytecode "
           f"{'as the caller has it' if args.bytecode_off else 'on'})")
-    ratios, confirm, outside = [], [], []
+    ratios, confirm, outside, plain_ratios = [], [], [], []
     with tempfile.TemporaryDirectory() as tmpdir:
         for k in range(args.repeat):
             manifest = quickstart_copy(Path(tmpdir) / f"run{k}", args.tiny)
             wall, events = timed_apply(manifest)
             routes = built_routes(manifest)
-            bare, bare_inside = timed_bare(manifest, routes, Path(tmpdir) / f"bare{k}")
+            bare, bare_inside = timed_bare(manifest, routes, Path(tmpdir) / f"bare{k}", settle=True)
+            plain, _ = timed_bare(manifest, routes, Path(tmpdir) / f"plain{k}", settle=False)
+            plain_ratios.append(wall / plain)
             parts = breakdown(wall, events)
             measured = parts["trials: build"] + parts["trials: measure"] + parts["re-measurements (confirmation)"]
             ratios.append(wall / bare)
@@ -246,7 +257,9 @@ def main() -> None:
             outside.append(1.0 - measured / wall)
             slots = sum(int(e.get("slots") or 0) for e in events if e["event"] == "remeasure")
             print(f"\nrun {k + 1}: apply {wall:.2f} s ({len(routes)} trials, {slots} side-by-side turns), "
-                  f"bare loop over the same routes {bare:.2f} s: {wall / bare:.2f}x; load {os.getloadavg()[0]:.2f}")
+                  f"bare loop over the same routes and protocol {bare:.2f} s: {wall / bare:.2f}x (without the "
+                  f"protocol's warm-up until settled {plain:.2f} s: {wall / plain:.2f}x); load "
+                  f"{os.getloadavg()[0]:.2f}")
             print(f"  bare loop inside build+load+time: {bare_inside:.2f} s; apply's trials inside build+measure: "
                   f"{parts['trials: build'] + parts['trials: measure']:.2f} s")
             for name, secs in parts.items():
@@ -255,6 +268,7 @@ def main() -> None:
         print(f"\nA/A wrong-winner rate, worst over landscapes and confirmed strategies: {aa_wrong(args.aa_seeds):.1%}")
     plan_s, apply_s = noop_adaptive(args.tiny)
     print(f"\nno-op with adaptive ({'tiny' if args.tiny else '200 jobs'}): plan {plan_s:.3f} s, apply {apply_s:.3f} s")
+    print(f"apply/bare without settling: {statistics.median(plain_ratios):.2f}")
     print(f"apply/bare={statistics.median(ratios):.2f} confirm_share={statistics.median(confirm):.2f} "
           f"outside_measurement={statistics.median(outside):.2f} noop_plan_adaptive_s={plan_s:.2f} "
           f"noop_apply_adaptive_s={apply_s:.2f}")
