@@ -163,6 +163,16 @@ def apply(
         "--retry-failed", help="Run the selected jobs' cached crashed and timed-out trials again.")] = False,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
+    from trt_routes.execute.local import early_worker
+
+    with early_worker(enabled=not (dry_run or frozen) and (executor or "local") == "local"):
+        _apply_command(manifest, only, keep_going, dry_run, frozen, allow_signature_drift, plan_file, as_json,
+                       quiet, verbose, workers, executor, address, retry_failed)
+
+
+def _apply_command(manifest: Path, only: list[str] | None, keep_going: bool, dry_run: bool, frozen: bool,
+                   allow_signature_drift: bool, plan_file: Path | None, as_json: bool, quiet: bool, verbose: bool,
+                   workers: int | None, executor: str | None, address: str | None, retry_failed: bool) -> None:
     from trt_routes.plan.saved import load_plan
     from trt_routes.tune.apply import ApplyOptions
 
