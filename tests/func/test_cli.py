@@ -303,3 +303,26 @@ def test_verbose_progress_shows_the_captured_stderr_and_errors_cut_at_words() ->
         shown = line.split("build-error ", 1)[1].split("…")[0]
         assert error.startswith(shown) and error[len(shown)] == " " and "…" in line  # cut between words
         assert ("stderr: [W:ort] careful" in out) is verbose
+
+
+def test_the_console_script_keeps_exit_codes_output_and_exit_handlers(project: Path, tmp_path: Path) -> None:
+    """`main` leaves with os._exit after the command (no interpreter teardown): exit codes, the whole output
+    through a pipe, and atexit handlers (multiprocessing's, a temporary folder's) are kept."""
+    ok = run_cli("plan", "--json", "-m", str(project))
+    assert ok.returncode == 0 and ok.stdout.rstrip().endswith("}"), ok.stderr
+    import json
+
+    assert json.loads(ok.stdout)["jobs"]  # the whole document came through
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: 1\nmodels: [\n")
+    invalid = run_cli("validate", "-m", str(bad))
+    assert invalid.returncode == 2 and "bad.yaml:" in invalid.stdout + invalid.stderr
+    assert run_cli("plan", "--check", "-m", str(project)).returncode == 1
+    marker = tmp_path / "atexit-ran"
+    code = ("import atexit, pathlib, sys\n"
+            f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+            "sys.argv = ['trt-routes', '--version']\n"
+            "from trt_routes.cli.app import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    assert marker.read_text() == "yes"

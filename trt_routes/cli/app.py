@@ -138,7 +138,30 @@ def _main(
 
 
 def main() -> None:
-    app()
+    """The ``trt-routes`` console script: run the command, then leave without the interpreter's teardown.
+
+    Every exit handler still runs (``atexit``: multiprocessing's children, logging, temporary folders) and
+    the standard streams are flushed; what is skipped is the module-by-module teardown of numpy, pydantic,
+    ONNX and ONNX Runtime, ~40 ms of every command (12% of a no-op plan) that writes nothing. Files the
+    commands write are closed (atomically renamed) before they return. Embed ``app`` instead to keep the
+    process."""
+    import atexit
+
+    code: int | str | None = 0
+    try:
+        app()
+    except SystemExit as exc:
+        code = exc.code
+    if isinstance(code, str):  # SystemExit("message"): the interpreter prints it and exits 1
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe (| head): as the interpreter's own exit says it, 120
+        code = code or 120
+    atexit._run_exitfuncs()
+    os._exit(code or 0)
 
 
 if __name__ == "__main__":
