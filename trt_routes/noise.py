@@ -1,39 +1,114 @@
 """Was a trial measured on a busy host? The verdict from the noise context every trial records
-(``execute/protocol.py``: the share of all CPUs other processes kept busy while it was timed), against
-the manifest's ``measurement.busy``. Pure: used by apply (warn or refuse), explain and the report."""
+(``execute/protocol.py``: the share of its CPUs other processes kept busy while it was timed, over
+``cpu_ticks`` clock ticks of /proc/stat), against the manifest's ``measurement.busy``. Pure: used by apply
+(warn or refuse), explain and the report.
+
+/proc/stat counts whole 10 ms ticks: a trial of a few milliseconds on one pinned core reads 0%, 25% or 50%
+as one stray tick lands in its window or not. A trial is judged alone when its window held ``JUDGE_TICKS``
+ticks (``refuse`` stretches short windows to that, ``execute/protocol.py``); shorter ones are judged
+together (``Pooled``): their ticks add up, and the job's trials that were too short to tell alone say
+together whether the host was busy."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.manifest.schema import Busy
 
+#: Clock ticks (all the trial's CPUs together) a window needs for its share to be judged alone: one tick
+#: is then at most 5% of it.
+JUDGE_TICKS = 20
 
-def others_share(meta: Mapping[str, Any]) -> float | None:
-    """The share of all CPUs other processes kept busy while the trial was timed (None: not recorded)."""
-    value = meta.get("cpu_busy_others")
+
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def busy_reason(meta: Mapping[str, Any], busy: Busy) -> str | None:
-    """Why the trial's timing is suspect, or None when the host was quiet enough (or busy checks are off)."""
-    share = others_share(meta)
-    if busy.action == "ignore" or share is None or share <= busy.max_others:
-        return None
+def others_share(meta: Mapping[str, Any]) -> float | None:
+    """The share of its CPUs other processes kept busy while the trial was timed (None: not recorded)."""
+    return _number(meta.get("cpu_busy_others"))
+
+
+def ticks(meta: Mapping[str, Any]) -> float | None:
+    """The clock ticks its share was read over (None: a trial recorded before they were)."""
+    return _number(meta.get("cpu_ticks"))
+
+
+def judged_alone(meta: Mapping[str, Any]) -> bool:
+    """Whether the trial's own window is long enough to judge it (older trials, without ticks: yes)."""
+    n = ticks(meta)
+    return n is None or n >= JUDGE_TICKS
+
+
+def _reason(share: float, busy: Busy, meta: Mapping[str, Any], what: str) -> str:
     load = meta.get("loadavg")
     cores = meta.get("cpu_count")
     extra = f", load {load:g} on {cores} CPUs" if isinstance(load, (int, float)) and cores else ""
-    return (f"other processes kept {share:.0%} of the CPUs busy while it was timed (limit "
-            f"{busy.max_others:.0%}{extra})")
+    return f"other processes kept {share:.0%} of the CPUs busy while {what} (limit {busy.max_others:.0%}{extra})"
+
+
+def busy_reason(meta: Mapping[str, Any], busy: Busy) -> str | None:
+    """Why the trial's timing is suspect, or None when the host was quiet enough, busy checks are off, or its
+    window was too short to judge alone (``Pooled`` judges those)."""
+    share = others_share(meta)
+    if busy.action == "ignore" or share is None or share <= busy.max_others or not judged_alone(meta):
+        return None
+    return _reason(share, busy, meta, "it was timed")
+
+
+@dataclass
+class Pooled:
+    """The trials too short to judge alone, added up (per job): busy and total ticks of their windows."""
+
+    others: float = 0.0
+    total: float = 0.0
+    trials: int = 0
+
+    def add(self, meta: Mapping[str, Any]) -> None:
+        share, n = others_share(meta), ticks(meta)
+        if share is not None and n is not None and n < JUDGE_TICKS:
+            self.others += share * n
+            self.total += n
+            self.trials += 1
+
+    @property
+    def share(self) -> float | None:
+        """Their others' share, once their ticks together are enough to judge."""
+        return self.others / self.total if self.total >= JUDGE_TICKS else None
+
+    def reason(self, busy: Busy, meta: Mapping[str, Any]) -> str | None:
+        share = self.share
+        if busy.action == "ignore" or share is None or share <= busy.max_others:
+            return None
+        return _reason(share, busy, meta, f"its {self.trials} short trials were timed, together")
 
 
 def busy_summary(metas: Iterable[Mapping[str, Any]], busy: Busy) -> str | None:
-    """One line for a job: how many of its trials were measured on a busy host, and the worst share."""
-    shares = [s for s in (others_share(m) for m in metas) if s is not None]
-    over = [s for s in shares if s > busy.max_others]
-    if busy.action == "ignore" or not over:
+    """One line for a job: how many of its trials were measured on a busy host, and the worst share (the
+    short trials judged together)."""
+    alone: list[float] = []
+    pooled = Pooled()
+    for meta in metas:
+        share = others_share(meta)
+        if share is None:
+            continue
+        if judged_alone(meta):
+            alone.append(share)
+        else:
+            pooled.add(meta)
+    if busy.action == "ignore":
         return None
-    return (f"{len(over)} of {len(shares)} trials were timed while other processes kept more than "
-            f"{busy.max_others:.0%} of the CPUs busy (up to {max(over):.0%}): their timings carry that noise; "
-            "re-run on a quiet host, or set measurement.busy: refuse")
+    over = [s for s in alone if s > busy.max_others]
+    parts = []
+    if over:
+        parts.append(f"{len(over)} of {len(alone)} trials were timed while other processes kept more than "
+                     f"{busy.max_others:.0%} of the CPUs busy (up to {max(over):.0%})")
+    if pooled.share is not None and pooled.share > busy.max_others:
+        parts.append(f"{pooled.trials} trials too short to judge alone were timed while other processes kept "
+                     f"{pooled.share:.0%} of the CPUs busy, together (more than {busy.max_others:.0%})")
+    if not parts:
+        return None
+    return "; ".join(parts) + (": their timings carry that noise; re-run on a quiet host, or set "
+                               "measurement.busy: refuse")

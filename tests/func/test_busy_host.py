@@ -45,6 +45,8 @@ def _project(tmp_path: Path, tiny_models: dict[str, Path], busy: object) -> Path
 def test_warn_tunes_and_says_the_host_was_busy(tmp_path: Path, tiny_models: dict[str, Path],
                                                burners: None) -> None:
     manifest = _project(tmp_path, tiny_models, {"action": "warn", "max_others": 0.05})
+    # trials long enough (hundreds of runs) to be judged alone: warn does not stretch a window
+    edit_manifest(manifest, lambda d: d["measurement"].update(iterations=200, repeats=3))
     code, out = cli("apply", "-m", str(manifest))
     assert code == 0, out
     assert "was timed on a busy host" in out

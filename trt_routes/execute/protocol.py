@@ -24,6 +24,7 @@ from typing import Any
 from trt_routes.backends.base import Feeds, Runner
 from trt_routes.backends.cuda_device import nvml_session
 from trt_routes.manifest.schema import Settle
+from trt_routes.noise import JUDGE_TICKS
 
 
 @dataclass(frozen=True)
@@ -78,17 +79,39 @@ def _proc_stat() -> int:
     return os.open("/proc/stat", os.O_RDONLY)
 
 
-def _cpu_jiffies() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; None where it cannot be read.
+def _my_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on when that is fewer than the machine's (a pool worker pinned to its
+    cores, a container's cpuset), else None (all of them)."""
+    try:
+        mine = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return None
+    total = os.cpu_count()
+    return frozenset(mine) if total is not None and len(mine) < total else None
+
+
+def _cpu_jiffies(cpus: frozenset[int] | None = None) -> tuple[int, int] | None:
+    """(busy, total) jiffies since boot from /proc/stat, of ``cpus`` (its per-CPU lines) or of all CPUs;
+    None where it cannot be read.
 
     The file stays open and is re-read from offset 0 (the kernel regenerates it): right after a
     measurement has flushed the caches, a path lookup and open cost ~5x the read itself."""
     try:
-        fields = [int(x) for x in os.pread(_proc_stat(), 256, 0).split(b"\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
+        text = os.pread(_proc_stat(), 1 << 16 if cpus is not None else 256, 0)
+        lines = text.split(b"\n")
+        if cpus is None:
+            rows = [lines[0]]
+        else:
+            rows = [line for line in lines if line[:3] == b"cpu" and line[3:4].isdigit()
+                    and int(line.split(maxsplit=1)[0][3:]) in cpus]
+        busy = total = 0
+        for row in rows:
+            fields = [int(x) for x in row.split()[1:]]
+            idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+            busy, total = busy + sum(fields) - idle, total + sum(fields)
+    except (OSError, ValueError, IndexError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+    return (busy, total) if total > 0 else None
 
 
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -101,20 +124,17 @@ def _own_cpu_s() -> float:
     return t.ru_utime + t.ru_stime
 
 
-# /proc/stat counts whole clock ticks per CPU: over fewer than this (all CPUs together), one tick is more
-# than 5% of the window, and a few-millisecond trial on a host full of CPU burners can read 0% others
-JUDGE_TICKS = 20
 _JUDGE_MAX_S = 1.0  # the longest a window is stretched (a host whose clock ticks do not advance)
 
 
-def _stretch(start: tuple[int, int]) -> tuple[int, int] | None:
+def _stretch(start: tuple[int, int], cpus: frozenset[int] | None) -> tuple[int, int] | None:
     """Sleep in short steps until /proc/stat has counted ``JUDGE_TICKS`` since ``start``. Asleep, this
     process uses no CPU: what the ticks add is the others' work, at the rate they kept it up."""
     deadline = time.monotonic() + _JUDGE_MAX_S
-    end = _cpu_jiffies()
+    end = _cpu_jiffies(cpus)
     while end is not None and end[1] - start[1] < JUDGE_TICKS and time.monotonic() < deadline:
         time.sleep(0.005)
-        end = _cpu_jiffies()
+        end = _cpu_jiffies(cpus)
     return end
 
 
@@ -149,24 +169,28 @@ def _read_gpu(nvml: Any, device: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 class NoiseContext:
-    """Readings taken before and after a measurement; ``finish()`` gives the trial metadata."""
+    """Readings taken before and after a measurement; ``finish()`` gives the trial metadata. The CPU share
+    is read on the CPUs this worker may run on: a pool's other worker, pinned to its own cores, is not
+    noise to this one (it was, on every trial of ``--workers 2``), a process on these cores is."""
 
     def __init__(self, target: Mapping[str, Any] | None = None) -> None:
         target = target or {}
         device = target.get("device") or {}
         self.gpu = target.get("kind") == "gpu" or device.get("device") == "gpu"
         self.device = device
-        self.jiffies = _cpu_jiffies()
+        self.cpus = _my_cpus()
+        self.jiffies = _cpu_jiffies(self.cpus)
         self.own = _own_cpu_s()
         self.gpu_before = _gpu_reading(device) if self.gpu else None
 
     def finish(self, judge: bool = False) -> dict[str, Any]:
         """The readings. ``judge``: the busy-host verdict will refuse the trial, so a window shorter than
-        ``JUDGE_TICKS`` is stretched until it can tell (up to 100 ms on 2 CPUs, only for short trials)."""
+        ``JUDGE_TICKS`` is stretched until it can tell (up to 0.1 s on 2 CPUs, 0.2 s on one pinned core; only
+        short trials)."""
         meta: dict[str, Any] = {}
-        end = _cpu_jiffies()
+        end = _cpu_jiffies(self.cpus)
         if judge and self.jiffies is not None and end is not None and end[1] - self.jiffies[1] < JUDGE_TICKS:
-            end = _stretch(self.jiffies)
+            end = _stretch(self.jiffies, self.cpus)
         if hasattr(os, "getloadavg"):
             meta["loadavg"] = round(os.getloadavg()[0], 2)
         if self.jiffies is not None and end is not None and end[1] > self.jiffies[1]:
@@ -176,7 +200,7 @@ class NoiseContext:
             # what other processes kept busy: the noise this measurement competed with
             own = (_own_cpu_s() - self.own) * _HZ
             meta["cpu_busy_others"] = round(max(0.0, (end[0] - self.jiffies[0] - own) / total), 3)
-        meta["cpu_count"] = os.cpu_count()
+        meta["cpu_count"] = os.cpu_count() if self.cpus is None else len(self.cpus)
         if self.gpu:
             after = _gpu_reading(self.device)
             if self.gpu_before is not None and after is not None:

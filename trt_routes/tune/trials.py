@@ -9,7 +9,7 @@ from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
 from trt_routes.jobs import Job
 from trt_routes.measure import timing_stats
-from trt_routes.noise import busy_reason
+from trt_routes.noise import Pooled, busy_reason
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
 from trt_routes.tune.outcome import Reporter
@@ -53,6 +53,7 @@ class TrialRunner:
         self.store = project.store
         self.lookup = LossLookupFromBlobs(cache, self.store)
         self._busy_warned: set[str] = set()
+        self._busy_pooled: dict[str, Pooled] = {}  # per job: its trials too short to judge alone
 
     # -- references ------------------------------------------------------------------------
     def reference(self, job: Job) -> tuple[str, str]:
@@ -104,6 +105,10 @@ class TrialRunner:
         """The one place a trial result becomes a cache row (the coordinator is the only writer)."""
         record = to_record(job, route, result)
         busy = busy_reason(record.meta, job.measurement.busy) if record.status == "ok" else None
+        if busy is None and record.status == "ok" and job.measurement.busy.action == "warn":
+            pooled = self._busy_pooled.setdefault(job.name, Pooled())
+            pooled.add(record.meta)
+            busy = pooled.reason(job.measurement.busy, record.meta)
         if busy is not None and job.measurement.busy.action == "refuse":
             raise HostBusy(f"the trial of {describe(route)} was not kept: {busy} (measurement.busy: refuse; "
                            "tune on a quiet host, or set measurement.busy: warn)")
