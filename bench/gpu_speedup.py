@@ -43,8 +43,9 @@ def shard_models(models: list[str], parallel: int, split_modes: bool = False) ->
 
 
 def prepare(recipe: Path, work: Path, shards: list[list[str]], groups: dict[str, str],
-            measurement: dict[str, Any], strategies: dict[str, str]) -> list[Path]:
-    """One project folder per shard: the recipe's files and a manifest holding only the shard's models."""
+            measurement: dict[str, Any], strategies: dict[str, str], resume: bool = False) -> list[Path]:
+    """One project folder per shard: the recipe's files and a manifest holding only the shard's models.
+    ``resume``: a shard folder already there is kept as it is (apply continues from its cache and lock)."""
     manifest = yaml.safe_load((recipe / "tuning.yaml").read_text())
     manifest["switch_groups"].update(groups)
     manifest["measurement"].update(measurement)
@@ -54,6 +55,9 @@ def prepare(recipe: Path, work: Path, shards: list[list[str]], groups: dict[str,
     folders = []
     for i, models in enumerate(shards):
         folder = work / f"shard{i}"
+        if resume and (folder / "tuning.yaml").exists():  # an earlier run's project: its cache continues
+            folders.append(folder)
+            continue
         if folder.exists():
             shutil.rmtree(folder)
         shutil.copytree(recipe, folder, ignore=shutil.ignore_patterns("caches", "engines", "tuning.lock",
@@ -233,6 +237,8 @@ def main() -> int:
     ap.add_argument("--measure", default="", help="measurement overrides, e.g. iterations=20,repeats=3")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds before unfinished shards stop")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
+    ap.add_argument("--resume", action="store_true", help="keep shard folders already under --work: apply "
+                    "continues their search (an earlier call stopped at its deadline)")
     ap.add_argument("--landscape", default="", metavar="JOB=FILE", help="export JOB's trials as a landscape")
     args = ap.parse_args()
 
@@ -244,7 +250,7 @@ def main() -> int:
                    for k, v in (kv.split("=") for kv in args.measure.split(",") if kv)}
     shards = shard_models(models, args.parallel, args.split_modes)
     args.work.mkdir(parents=True, exist_ok=True)
-    folders = prepare(args.recipe, args.work, shards, groups, measurement, strategies)
+    folders = prepare(args.recipe, args.work, shards, groups, measurement, strategies, args.resume)
     threads = max(1, (os.cpu_count() or 2) // len(folders))
     print(f"{gpu_name()}; {len(folders)} shard(s): {shards}; {threads} compile thread(s) each", flush=True)
     t0 = time.perf_counter()

@@ -115,7 +115,8 @@ def run_model(args: argparse.Namespace) -> dict[str, Any]:
     for mode in MODES:
         compile_variant(mode, torch.compile(copy.deepcopy(base), mode=mode), "no-cudagraphs" not in mode
                         and mode != "default")
-    tuned = locked_route(args.work, job, args.wait_lock) if args.work else None
+    wait = args.wait_lock if not args.stop_at else max(0.0, min(args.wait_lock, args.stop_at - 75 - time.time()))
+    tuned = locked_route(args.work, job, wait) if args.work else None
     if tuned is not None:
         cfg = tuned["inductor_config"]
         compile_variant("trt-routes", torch.compile(copy.deepcopy(base), backend="inductor", dynamic=False,
@@ -214,6 +215,9 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--wait-lock", type=float, default=0.0)
     ap.add_argument("--tune-wall-s", type=float)
+    ap.add_argument("--budget", type=float, default=0.0, help="seconds for the whole run: waiting for a lock "
+                    "stops 75 s before, and models not done by then are reported as unfinished")
+    ap.add_argument("--stop-at", type=float, default=0.0, help=argparse.SUPPRESS)  # a worker's absolute deadline
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.model:
@@ -226,17 +230,24 @@ def main() -> int:
     out_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "gpu_vs_modes_parts"
     out_dir.mkdir(parents=True, exist_ok=True)
     procs = []
+    stop_at = time.time() + args.budget if args.budget else 0.0
     for name in names:
+        (out_dir / f"{name}.json").unlink(missing_ok=True)  # no stale part of an earlier run
         cmd = [sys.executable, __file__, "--model", name, "--recipe", str(args.recipe), "--rounds",
                str(args.rounds), "--iters", str(args.iters), "--wait-lock", str(args.wait_lock),
-               "--out", str(out_dir / f"{name}.json")]
+               "--out", str(out_dir / f"{name}.json"), "--stop-at", str(stop_at)]
         if args.work:
             cmd += ["--work", str(args.work)]
         procs.append((name, subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})))
     results = []
     for name, p in procs:
-        p.wait()
         path = out_dir / f"{name}.json"
+        try:
+            p.wait(timeout=max(1.0, stop_at - time.time()) if stop_at else None)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            print(f"[{name}] not done within --budget: stopped", flush=True)
         results.append(json.loads(path.read_text()) if path.is_file() else {"model": name, "errors":
                                                                               {"process": f"exit {p.returncode}"}})
     text = table(results, args.tune_wall_s)

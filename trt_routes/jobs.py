@@ -79,8 +79,23 @@ class Job:
     #: how the manifest named it (``preset max-autotune``, ``route -k=v``, or ``default``)
     baseline: str = DEFAULT_ROUTE
     baseline_source: str = "default"
+    #: ``baseline: {presets: [...]}``: every listed preset's (route, source), in the order listed (routes
+    #: that coincide kept once). Each is always measured; the job's baseline is then the fastest eligible
+    #: of them by median (``baseline_of``), and ``baseline`` above is only the first listed.
+    baseline_choices: tuple[tuple[str, str], ...] = ()
     objective_name: str = ""  # the manifest's objectives: not part of any trial key (trt_routes.facts)
     objective: Objective | None = None
+
+    @property
+    def baseline_routes(self) -> tuple[str, ...]:
+        """The routes always measured as baselines (none for a job without ``baseline:``)."""
+        if self.baseline_choices:
+            return tuple(r for r, _ in self.baseline_choices)
+        return (self.baseline,) if self.baseline != DEFAULT_ROUTE else ()
+
+    def baseline_source_of(self, route: str) -> str:
+        """How the manifest named ``route`` as a baseline (``preset max-autotune``...)."""
+        return next((src for r, src in self.baseline_choices if r == route), self.baseline_source)
 
     @cached_property
     def shape_key(self) -> str:
@@ -252,22 +267,36 @@ class Resolver:
                                        exc.hint) from exc
 
     def baseline(self, backend: Backend, mname: str, baseline: Baseline | None, spec: BuildSpec,
-                 catalog: Catalog) -> tuple[str, str]:
-        """(canonical route, source) of the job's baseline; a ManifestError pointing at ``baseline:``."""
+                 catalog: Catalog) -> tuple[tuple[str, str], ...]:
+        """The job's baseline as (canonical route, source) pairs: one, or (``presets:``) one per listed
+        preset, routes that coincide kept once; a ManifestError pointing at ``baseline:`` (or the
+        listed preset at fault)."""
         if baseline is None:
-            return DEFAULT_ROUTE, "default"
+            return ((DEFAULT_ROUTE, "default"),)
         model = self.loaded.manifest.models[mname]
-        where: tuple[str, ...] = ("models", mname, "baseline") if model.baseline is not None else \
+        where: tuple[str | int, ...] = ("models", mname, "baseline") if model.baseline is not None else \
             ("defaults", "baseline")
+        if baseline.presets is not None:
+            choices: dict[str, str] = {}
+            for i, name in enumerate(baseline.presets):
+                route = self._baseline_route(backend, mname, spec, catalog, (*where, "presets", i), preset=name)
+                choices.setdefault(route, f"preset {name}")
+            return tuple(choices.items())
+        if baseline.preset is not None:
+            return ((self._baseline_route(backend, mname, spec, catalog, where, preset=baseline.preset),
+                     f"preset {baseline.preset}"),)
+        return ((self._baseline_route(backend, mname, spec, catalog, where, route=baseline.route or ""),
+                 f"route {baseline.route}"),)
+
+    def _baseline_route(self, backend: Backend, mname: str, spec: BuildSpec, catalog: Catalog,
+                        where: tuple[str | int, ...], *, preset: str | None = None, route: str = "") -> str:
         try:
-            if baseline.preset is not None:
-                assign = backend.preset(baseline.preset, spec)
-                source = f"preset {baseline.preset}"
+            if preset is not None:
+                assign = backend.preset(preset, spec)
             else:
-                assign = parse_route(baseline.route or "", catalog, source="baseline route")
-                source = f"route {baseline.route}"
+                assign = parse_route(route, catalog, source="baseline route")
             backend.check_job(spec, list(assign))
-            return canonical_route(assign, catalog), source
+            return canonical_route(assign, catalog)
         except (RouteError, SettingError) as exc:
             raise self.loaded.error(where, f"model '{mname}': baseline: {exc.message}", exc.hint) from exc
 
@@ -351,7 +380,7 @@ class Resolver:
                         blocked, kind = ref_missing, "invalid"
                     if isinstance(backend, Backend) and hardware is not None and catalog is not None:
                         signature = job_signature(hardware, backend.software(), catalog.digest)
-                    baseline, baseline_source = DEFAULT_ROUTE, "default"
+                    choices: tuple[tuple[str, str], ...] = ((DEFAULT_ROUTE, "default"),)
                     if isinstance(backend, Backend):
                         check_spec = BuildSpec(
                             model_path=str(path), route={}, profile=profile, settings=dict(eff.settings),
@@ -359,8 +388,9 @@ class Resolver:
                             entry=model.entry or "", inputs=inputs)
                         self.check_job(backend, mname, check_spec, expression, eff.switch_group or "")
                         if catalog is not None:
-                            baseline, baseline_source = self.baseline(backend, mname, eff.baseline, check_spec,
-                                                                      catalog)
+                            choices = self.baseline(backend, mname, eff.baseline, check_spec, catalog)
+                    (baseline, baseline_source), many = choices[0], eff.baseline is not None and \
+                        eff.baseline.presets is not None and choices[0][1] != "default"
                     objective_name, objective = m.objective_for(mname)
                     if hardware is not None and blocked is None and isinstance(backend, Backend):
                         self.check_objective(backend, mname,
@@ -379,6 +409,7 @@ class Resolver:
                         reference_version=backend.reference_version() if isinstance(backend, Backend) else "",
                         blocked=blocked, block_kind=kind, entry=model.entry or "",
                         baseline=baseline, baseline_source=baseline_source,
+                        baseline_choices=choices if many else (),
                         objective_name=objective_name, objective=objective,
                     ))
         return jobs

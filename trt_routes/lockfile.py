@@ -115,6 +115,8 @@ class LockTiming(LockRecord):
     baseline: str | None = None
     baseline_ms: Number | None = None
     baseline_speedup: Number | None = None
+    #: only for ``baseline: {presets: [...]}``: the preset that was fastest, hence the baseline
+    baseline_source: str | None = None
 
 
 class LockEngine(LockRecord):

@@ -275,3 +275,22 @@ def test_gpu_objectives_on_one_model(tmp_path: Path) -> None:
     assert report["apply_tail"]["code"] == 0 and report["apply_edge"]["doc"]["built"] == 0
     assert [j["action"] for j in report["plan_edge"]["jobs"]] == ["reselect"]
     assert all(t["facts"]["device_memory_mb"] > 0 for t in report["explain_tail"]["trials"])
+
+
+def test_gpu_speedup_resume_keeps_the_shards_an_earlier_call_left(tmp_path: Path) -> None:
+    """``--resume`` (a device call continuing the last one's search): shard folders already there keep their
+    cache and lock; without it they are made afresh from the recipe."""
+    prepare = _load_bench("gpu_speedup.py").prepare
+    recipe = BENCH.parent / "recipes" / "torch-gpu" / "modes"
+    work = tmp_path / "work"
+    shards = [["convnext-tiny"], ["vit-base"]]
+    folders = prepare(recipe, work, shards, {}, {}, {})
+    assert [f.name for f in folders] == ["shard0", "shard1"]
+    (folders[0] / "caches").mkdir()
+    (folders[0] / "caches" / "trials.sqlite").write_text("earlier trials")
+    (folders[0] / "tuning.lock").write_text("jobs: {}\n")
+    again = prepare(recipe, work, shards, {"gpu": "-freezing=[0|1]"}, {}, {}, resume=True)
+    assert again == folders and (folders[0] / "caches" / "trials.sqlite").read_text() == "earlier trials"
+    assert "-freezing=[0|1]\n" not in (folders[0] / "tuning.yaml").read_text()  # the shard's manifest as it was
+    fresh = prepare(recipe, work, shards, {}, {}, {})
+    assert fresh == folders and not (folders[0] / "caches").exists() and not (folders[0] / "tuning.lock").exists()

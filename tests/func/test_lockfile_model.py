@@ -40,7 +40,7 @@ def _model_type(model: type[BaseModel], name: str) -> type[BaseModel] | None:
 
 #: Fields written only where the manifest asks for them (a job's ``baseline:``); every other field is always
 #: written. tests/func/test_baseline.py checks these on a job that has one.
-ONLY_WHEN_CONFIGURED = {"LockTiming": {"baseline", "baseline_ms", "baseline_speedup"}}
+ONLY_WHEN_CONFIGURED = {"LockTiming": {"baseline", "baseline_ms", "baseline_speedup", "baseline_source"}}
 
 
 def _check_against_schema(model: type[BaseModel], data: dict[str, Any], where: str) -> None:

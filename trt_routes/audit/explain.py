@@ -105,7 +105,8 @@ class Explanation:
             "default_ms": sel.default_ms if sel else None,
             "chosen_ms": sel.chosen_ms if sel else None,
             "speedup": headline(sel).to_json() if sel else None,
-            "baseline": {"route": self.job.baseline, "source": self.job.baseline_source,
+            "baseline": {"route": sel.baseline if sel and self.job.baseline_choices else self.job.baseline,
+                         "source": sel.baseline_source if sel and sel.baseline_source else self.job.baseline_source,
                          "median_ms": sel.baseline_ms if sel else None,
                          "speedup": sel.baseline_speedup if sel else None},
             "margin": self.margin.to_json() if self.margin else None,
@@ -169,7 +170,7 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
               entry: LockEntry | None) -> tuple[Margin | None, list[str]]:
     """The decision in words and the margin that backs it."""
     lines = [sel.summary]
-    if job.baseline != DEFAULT_ROUTE:
+    if job.baseline != DEFAULT_ROUTE or job.baseline_choices:
         lines.append(_baseline_line(job, sel, trials))
     default = trials.get(DEFAULT_ROUTE)
     fair = default is not None and default.status == "ok" and default.median_ms is not None
@@ -198,16 +199,25 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
 
 def _baseline_line(job: Job, sel: Selection, trials: dict[str, TrialRecord]) -> str:
     """The job's baseline (the route it must beat) and where the winner stands against it."""
-    base = trials.get(job.baseline)
-    head = f"Baseline ({job.baseline_source}): {describe(job.baseline)}"
+    route = sel.baseline if job.baseline_choices else job.baseline  # best of presets: the fastest listed
+    base = trials.get(route)
+    head = f"Baseline ({job.baseline_source_of(route)}): {describe(route)}"
+    if job.baseline_choices:
+        def shown(r: str, src: str) -> str:
+            v, t = sel.verdict(r), trials.get(r)
+            timing = _ms_ci(t) if t is not None and t.median_ms is not None else t.status if t else "not measured"
+            return f"{src.removeprefix('preset ')} {timing}" + ("" if v is None or v.eligible else ", not eligible")
+
+        head = f"{head} (the fastest eligible of {len(job.baseline_choices)} presets: " + "; ".join(
+            shown(r, src) for r, src in job.baseline_choices) + ")"
     if base is None:
         return head + ": not measured yet."
     if base.status != "ok" or base.median_ms is None:
         return head + f": {base.status} ({base.error or 'no timing'}), so nothing could be compared with it."
     speed = sel.baseline_speedup
-    how = ("confirmed side by side" if (sel.confirmation or {}).get("vs_baseline") and sel.winner != job.baseline
+    how = ("confirmed side by side" if (sel.confirmation or {}).get("vs_baseline") and sel.winner != route
            else "ratio of the search's medians")
-    if sel.winner == job.baseline:
+    if sel.winner == route:
         return head + f", {_ms_ci(base)}: the baseline itself is the winner."
     return head + f", {_ms_ci(base)}; the winner is " + (f"{speed:.2f}x as fast ({how})." if speed else
                                                           "not comparable with it.")

@@ -141,6 +141,22 @@ class ReplayBackend(Backend):
         ok = [r for r in self.landscape().routes.values() if r.status == "ok"]
         return frozenset.intersection(*(frozenset(r.facts) for r in ok)) if ok else frozenset()
 
+    def presets(self) -> tuple[str, ...]:
+        """Stand-in presets for tests: the landscape's ``meta.presets`` (``{name: "-knob=value ..."}``)."""
+        return tuple(self._preset_table())
+
+    def _preset_table(self) -> dict[str, str]:
+        table = self.landscape().meta.get("presets") or {}
+        return {str(k): str(v) for k, v in table.items()} if isinstance(table, dict) else {}
+
+    def preset(self, name: str, spec: BuildSpec) -> dict[str, str]:
+        table = self._preset_table()
+        if name not in table:
+            return super().preset(name, spec)
+        from trt_routes.routes import parse_route
+
+        return dict(parse_route(table[name], self.catalog(), source=f"preset '{name}'"))
+
     def software(self) -> dict[str, str]:
         land = self.landscape()
         return {"backend": self.name, "backend_version": "1", "landscape": land.digest,

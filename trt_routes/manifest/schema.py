@@ -373,17 +373,25 @@ class Paths(Strict):
 class Baseline(Strict):
     """The route a job must beat (``baseline:`` in ``defaults`` or a model): a route (``-knob=value ...``)
     or a backend preset (torch-inductor: ``reduce-overhead``, ``max-autotune``,
-    ``max-autotune-no-cudagraphs``, expanded from the installed torch's ``list_mode_options``). It is
-    always measured, and confirmation compares winners against it instead of the default route.
+    ``max-autotune-no-cudagraphs``, expanded from the installed torch's ``list_mode_options``), or the
+    best of several presets (``presets: [...]``: each is measured, the fastest eligible by median is the
+    baseline). It is always measured, and confirmation compares winners against it instead of the default
+    route.
     Without one, the baseline is the default route."""
 
     route: Annotated[str, BeforeValidator(_no_nul), StringConstraints(max_length=4096)] | None = None
     preset: Annotated[str, Field(pattern=NAME, max_length=100)] | None = None
+    #: best of several presets: every one is always measured, and the job's baseline is the fastest
+    #: eligible of them by median (ties: the order listed)
+    presets: list[Annotated[str, Field(pattern=NAME, max_length=100)]] | None = Field(
+        default=None, min_length=1, max_length=20,
+        description="several backend presets; the baseline is the fastest eligible of them")
 
     @model_validator(mode="after")
     def _one(self) -> Baseline:
-        if (self.route is None) == (self.preset is None):
-            raise ValueError("give exactly one of 'route' (-knob=value ...) and 'preset' (a backend preset name)")
+        if sum(v is not None for v in (self.route, self.preset, self.presets)) != 1:
+            raise ValueError("give exactly one of 'route' (-knob=value ...), 'preset' (a backend preset name) "
+                             "and 'presets' (a list of them: the fastest eligible is the baseline)")
         return self
 
 

@@ -40,7 +40,9 @@ def selection_key(job: Job) -> str:
     confirm = job.strategy.confirm
     rule = confirm.model_dump() if confirm is not None else None
     parts: dict[str, object] = {"confirm": rule}
-    if job.baseline != DEFAULT_ROUTE:
+    if job.baseline_choices:  # best of presets: the listed routes, in order (ties go to the first)
+        parts["baseline"] = list(job.baseline_routes)
+    elif job.baseline != DEFAULT_ROUTE:
         parts["baseline"] = job.baseline
     if job.objective is not None:
         parts["objective"] = job.objective.model_dump()
@@ -74,14 +76,14 @@ class JobSearch(Search):
 
     New builds are the routes known now that were not known when this search object was made
     (``initial``), plus ``spent_builds`` from earlier applies; the next batch is cut to what is left.
-    ``baseline`` (the job's, when it is not the default route) is always measured: it leads the first
-    batch whatever the strategy or budget, and it is always a candidate."""
+    ``baselines`` (the job's, when it names any: one route, or every listed preset's) are always
+    measured: they lead the first batch whatever the strategy or budget, and they are always candidates."""
 
     def __init__(self, inner: Search, warm: tuple[str, ...], initial: frozenset[str], max_builds: int | None,
                  max_minutes: float | None, spent_builds: int = 0, spent_seconds: float = 0.0,
-                 clock: Callable[[], float] | None = None, baseline: str = DEFAULT_ROUTE) -> None:
+                 clock: Callable[[], float] | None = None, baselines: tuple[str, ...] = ()) -> None:
         self.inner = inner
-        self.baseline = baseline
+        self.baselines = tuple(r for r in baselines if r != DEFAULT_ROUTE)
         self.name = inner.name
         self.static = inner.static
         self.keeps_proposals = inner.keeps_proposals
@@ -110,13 +112,13 @@ class JobSearch(Search):
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         inner = self.inner.candidates(known)
-        if self.baseline == DEFAULT_ROUTE:
+        if not self.baselines:
             return inner
-        return list(dict.fromkeys([self.baseline, *inner]))
+        return list(dict.fromkeys([*self.baselines, *inner]))
 
     def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
         batch = self.inner.next_batch(known)
-        lead = [self.baseline] if self.baseline != DEFAULT_ROUTE and self.baseline not in known else []
+        lead = [r for r in self.baselines if r not in known]
         if not batch or self.exhausted(known):
             return lead
         if self.max_builds is not None:
@@ -151,7 +153,7 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     return JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
                      int(row["builds"] or 0) if row else 0,
                      float(row["seconds"] or 0.0) if row else 0.0, time.monotonic if running else None,
-                     baseline=job.baseline)
+                     baselines=job.baseline_routes)
 
 
 def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping[str, Outcome]) -> None:

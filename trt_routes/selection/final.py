@@ -59,12 +59,64 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
     return lookup
 
 
+def baseline_for(job: Job, sel: Selection) -> str:
+    """The route ``job`` must beat: its baseline, or (``baseline: {presets: [...]}``) the fastest eligible
+    listed preset by median in the selection (ties: the order listed); none eligible yet: the first listed
+    (confirmation then says it is not eligible)."""
+    if not job.baseline_choices:
+        return job.baseline
+    ranked = [(v.median_ms, i, route) for i, route in enumerate(job.baseline_routes)
+              if (v := sel.verdict(route)) is not None and v.eligible and v.median_ms is not None]
+    return min(ranked)[2] if ranked else job.baseline
+
+
+def baseline_race(job: Job, sel: Selection) -> list[dict[str, object]]:
+    """Each listed preset of ``job`` (``presets:``) with its route, median and eligibility, in the order listed."""
+    out: list[dict[str, object]] = []
+    for route, source in job.baseline_choices:
+        v = sel.verdict(route)
+        out.append({"source": source, "route": route, "median_ms": v.median_ms if v is not None else None,
+                    "eligible": bool(v is not None and v.eligible)})
+    return out
+
+
+def _with_race(job: Job, sel: Selection, baseline: str) -> Selection:
+    """``sel`` with the presets' race recorded: which preset is the baseline and its median (the summary
+    says it; the confirmation record, kept in the lock, holds every preset's median)."""
+    race = baseline_race(job, sel)
+    won = next(r for r in race if r["route"] == baseline)
+    ms = won["median_ms"]
+    others = ", ".join(f"{r['source'].removeprefix('preset ')} "  # type: ignore[attr-defined]
+                       + (f"{r['median_ms']:.4g} ms" if r["eligible"] else "not eligible")
+                       for r in race if r["route"] != baseline)
+    text = (f"baseline: {won['source']}, {ms:.4g} ms, the fastest eligible of {len(race)} preset(s)"
+            if won["eligible"] and isinstance(ms, float) else
+            f"baseline: {won['source']} (no listed preset is eligible yet)")
+    text += f" (others: {others})" if others else ""
+    conf = dict(sel.confirmation) if sel.confirmation is not None else None
+    if conf is not None:
+        conf["baseline_presets"] = race
+        conf["baseline_source"] = won["source"]
+    return dataclasses.replace(sel, summary=f"{sel.summary}; {text}" if sel.summary else text,
+                               confirmation=conf, baseline=baseline,
+                               baseline_ms=ms if won["eligible"] and isinstance(ms, float) else None,
+                               baseline_source=str(won["source"]))
+
+
 def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: list[str], cache: CacheStore,
                     entry: LockEntry | None, lookup: LossLookup | None = None,
                     raw: Selection | None = None) -> tuple[Selection, list[Request]]:
     """(selection after confirmation, re-measurements still missing). ``raw``: the pure selection if
-    the caller has it already."""
+    the caller has it already. With ``baseline: {presets: [...]}`` the baseline is the fastest eligible
+    listed preset (``baseline_for``), decided before confirmation, which then compares against it."""
     sel = raw if raw is not None else select_for_job(job, trials, candidates, lookup)
+    baseline = baseline_for(job, sel)
+    sel, requests = _final_selection(job, sel, cache, entry, baseline)
+    return (_with_race(job, sel, baseline) if job.baseline_choices else sel), requests
+
+
+def _final_selection(job: Job, sel: Selection, cache: CacheStore, entry: LockEntry | None,
+                     baseline: str) -> tuple[Selection, list[Request]]:
     if not confirms(job.objective) and sel.winner is not None:
         # confirmation re-measures timings side by side; an objective ranking by another fact decides alone
         rank = job.objective.rank if job.objective else ""
@@ -72,10 +124,10 @@ def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: lis
                else f"{rank} is not timing noise: re-measuring it would read the same value")
         note = (f"not confirmed side by side: objective '{job.objective_name}' ranks by {rank}, and {why}; "
                 "the objective decides from the trials' stored facts")
-        sel, _ = resolve(sel, None, None, stored(cache, job), job.measurement.seed, baseline=job.baseline)
+        sel, _ = resolve(sel, None, None, stored(cache, job), job.measurement.seed, baseline=baseline)
         return dataclasses.replace(sel, confirmation={"note": note}), []
     return resolve(sel, job.strategy.confirm, locked_route(entry, job), stored(cache, job), job.measurement.seed,
-                   baseline=job.baseline, rank=job.objective.rank if job.objective else None)
+                   baseline=baseline, rank=job.objective.rank if job.objective else None)
 
 
 def select_for_job(job: Job, trials: Mapping[str, TrialRecord], candidates: list[str],

@@ -61,6 +61,8 @@ class Selection:
     #: the route the job must beat (``baseline:``; the default route unless named) and its median
     baseline: str = DEFAULT_ROUTE
     baseline_ms: float | None = None
+    #: how the manifest named the baseline, for ``baseline: {presets: [...]}`` (the preset that won); else ""
+    baseline_source: str = ""
     #: the objective that ranked (name and its dict); "" / None: the lowest median, as always
     objective_name: str = ""
     objective: dict[str, Any] | None = None

@@ -272,7 +272,8 @@ class Applier(TrialRunner):
         more is proposed). Trials in flight count against the budget; the default route and the job's
         baseline always run."""
         for route in routes:
-            if budget is not None and built + len(in_flight) >= budget and route not in (DEFAULT_ROUTE, job.baseline):
+            always = route == DEFAULT_ROUTE or route in job.baseline_routes
+            if budget is not None and built + len(in_flight) >= budget and not always:
                 return False
             task = self.trial_task(job, route, ref)
             in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route

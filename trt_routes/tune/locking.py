@@ -26,6 +26,7 @@ from trt_routes.plan.diff import candidates_key
 from trt_routes.project import Project
 from trt_routes.routes import describe
 from trt_routes.search.job import selection_key
+from trt_routes.selection.final import baseline_for
 from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import Selection, trial_facts
 from trt_routes.tune.outcome import JobOutcome
@@ -98,11 +99,14 @@ class LockWriter:
         head = headline(sel)
         timing = LockTiming(default_ms=sel.default_ms, chosen_ms=sel.chosen_ms, speedup=head.speedup,
                             chosen_ci_ms=[winner.ci_low, winner.ci_high], **head.lock_fields())
-        if job.baseline:
-            base = sel.verdict(job.baseline)
+        if job.baseline or job.baseline_choices:
+            route = baseline_for(job, sel)  # best of presets: the fastest eligible listed one
+            base = sel.verdict(route)
             base_ms = sel.baseline_ms if sel.baseline_ms is not None else (
                 base.median_ms if base is not None and base.status == "ok" else None)
-            timing.baseline = job.baseline
+            timing.baseline = route
+            if job.baseline_choices:
+                timing.baseline_source = job.baseline_source_of(route)
             timing.baseline_ms = base_ms
             # confirmed ratio when confirmation compared them, else (it did not run, or failed) the medians'
             timing.baseline_speedup = sel.baseline_speedup or (
