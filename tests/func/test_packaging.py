@@ -29,7 +29,14 @@ def _run(*cmd: str | Path, cwd: Path | None = None, timeout: float = 900) -> str
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel built from this tree installed (dependencies from the normal index)."""
     dist = tmp_path_factory.mktemp("dist")
-    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO), "-w", dist)
+    leftover = not (REPO / "build").exists()
+    try:
+        _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO), "-w", dist)
+    finally:
+        if leftover:  # setuptools builds in the tree: a build/ folder left there shadows the `build` package
+            import shutil
+
+            shutil.rmtree(REPO / "build", ignore_errors=True)
     wheel = next(dist.glob("trt_routes-*.whl"))
     env = tmp_path_factory.mktemp("venv") / "env"
     venv.EnvBuilder(with_pip=True).create(env)
@@ -52,7 +59,12 @@ def test_wheel_install_runs_init_example_and_apply(wheel_venv: Path, tmp_path: P
 
 
 def test_sdist_has_the_tests_and_runs_them(wheel_venv: Path, tmp_path: Path) -> None:
-    pytest.importorskip("build", reason="python -m build makes the sdist")
+    import importlib.metadata
+
+    try:  # the installed distribution, not any folder named build/ on sys.path
+        importlib.metadata.version("build")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("python -m build makes the sdist: pip install build")
     _run(sys.executable, "-m", "build", "--sdist", "--outdir", tmp_path / "dist", REPO)
     sdist = next((tmp_path / "dist").glob("trt_routes-*.tar.gz"))
     with tarfile.open(sdist) as tar:
