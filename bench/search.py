@@ -45,13 +45,13 @@ from trt_routes.search import Outcome, Search, make_search  # noqa: E402
 from trt_routes.search.job import JobSearch  # noqa: E402
 from trt_routes.selection import (  # noqa: E402
     DEFAULT_ROUTE,
-    PILOT_RUNS,
     Remeasurement,
     Stopping,
     gate,
     resolve,
     run_sequential,
     select,
+    spread_of,
     turn_size,
     turn_target,
 )
@@ -126,11 +126,11 @@ class World:
         k = self.count["@remeasure"] = self.count.get("@remeasure", 0) + 1
         rng = np.random.default_rng(route_seed(self.seed, baseline, *challengers, k, "remeasure"))
         slots = []
-        # the worker's turn sizing (confirm.turn_size): a pilot of the baseline's runs, then enough runs per
-        # turn for its spread, within slot_ms and max_slot_ms
-        pilot = self.land.draw_at(baseline, float(rng.random()), PILOT_RUNS)
-        iterations = turn_size(pilot, settings.iterations, settings.slot_ms, settings.max_slot_ms,
-                               turn_target(settings))
+        # apply's turn sizing (confirm.turn_size): the spread of the baseline trial's samples (drawn as a trial
+        # draws them), then enough runs per turn for it, within slot_ms and max_slot_ms
+        trial_samples = self.land.draw(baseline, ITERATIONS, REPEATS, rng)
+        iterations = turn_size(trial_samples, settings.iterations, settings.slot_ms, settings.max_slot_ms,
+                               turn_target(settings), spread_of(trial_samples))
         self.turn_runs.append(iterations)
         state = {"round": -1, "in_round": 0, "position": 0.0}
 

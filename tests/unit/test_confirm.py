@@ -273,3 +273,17 @@ def test_turns_are_sized_to_the_noise_within_the_floor_and_the_cap() -> None:
 def test_turn_sizing_is_part_of_the_re_measurement_key() -> None:
     assert remeasure_key("g", "", ["-a=1"], Confirm()) != remeasure_key("g", "", ["-a=1"], Confirm(max_slot_ms=0))
     assert remeasure_key("g", "", ["-a=1"], Confirm()) != remeasure_key("g", "", ["-a=1"], Confirm(max_slot_ms=10))
+
+
+def test_turns_are_sized_from_the_baseline_trials_spread_when_apply_gives_it() -> None:
+    """A 20-run pilot taken right after the engines' switch once read several times the spread of the
+    baseline's own trial (100 runs after its warm-up) and asked for the 20 ms cap; apply gives the trial's."""
+    from trt_routes.selection.confirm import spread_of, turn_size, turn_target
+
+    target = turn_target(Confirm())
+    steady = [0.1 * (1 + 0.002 * ((i % 5) - 2)) for i in range(100)]  # the trial: 0.3% spread
+    cold = [0.1 * (1 + 0.2 * ((i % 5) - 2)) for i in range(20)]  # a pilot read just after a switch: 30%
+    assert spread_of(steady) is not None and spread_of(steady) < 0.01  # type: ignore[operator]
+    assert spread_of([0.1, 0.2]) is None  # too few to tell
+    assert turn_size(cold, 10, 0.0, 20.0, target) == 200  # the pilot alone: the cap (20 ms of 0.1 ms runs)
+    assert turn_size(cold, 10, 0.0, 20.0, target, spread_of(steady)) == 10  # the trial's spread: the floor

@@ -40,9 +40,11 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
     if task.slot_ms > 0 or task.turn_target > 0:
         first = runners[task.engines[0][0]]
         pilot = first.time(feeds, 0, 5, 1)
-        if task.turn_target > 0 and statistics.median(pilot) * PILOT_RUNS <= max(task.max_slot_ms, 1e-9):
+        if task.turn_target > 0 and task.turn_spread is None and \
+                statistics.median(pilot) * PILOT_RUNS <= max(task.max_slot_ms, 1e-9):
             pilot += first.time(feeds, 0, PILOT_RUNS - 5, 1)  # enough runs to see the spread, cheaply
-        iterations = turn_size(pilot, iterations, task.slot_ms, task.max_slot_ms, task.turn_target)
+        iterations = turn_size(pilot, iterations, task.slot_ms, task.max_slot_ms, task.turn_target,
+                               task.turn_spread)
     slots: list[list[Any]] = []
     samples: dict[str, list[float]] = {route: [] for route in runners}
 

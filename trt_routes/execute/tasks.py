@@ -98,6 +98,7 @@ class RemeasureTask:
     # turns sized to the first engine's noise (``confirm.turn_size``): the relative error aimed at, and the cap
     turn_target: float = 0.0
     max_slot_ms: float = 0.0
+    turn_spread: float | None = None  # the baseline's run-to-run spread, from its trial (None: a pilot reads it)
     # sequential stopping (``trt_routes.selection.confirm.Stopping``): the first engine is the baseline, the
     # others its challengers; ``order`` is then ignored and each challenger stops once it is decided
     stopping: Stopping | None = None

@@ -11,10 +11,12 @@ from trt_routes.selection.confirm import (
     resolve,
     run_sequential,
     schedule,
+    spread_of,
     turn_size,
     turn_target,
 )
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, gate, select
 
 __all__ = ["DEFAULT_ROUTE", "PILOT_RUNS", "Remeasurement", "Request", "Selection", "Stopping", "gate",
-           "median_interval", "resolve", "run_sequential", "schedule", "select", "turn_size", "turn_target"]
+           "median_interval", "resolve", "run_sequential", "schedule", "select", "spread_of", "turn_size",
+           "turn_target"]

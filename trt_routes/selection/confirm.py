@@ -125,17 +125,29 @@ def turn_target(settings: Confirm) -> float:
     return 0.0 if settings.max_slot_ms <= 0 else max(settings.margin, 0.01) / (2.0 * math.sqrt(2.0))
 
 
-def turn_size(pilot: Sequence[float], floor_runs: int, slot_ms: float, max_slot_ms: float, target: float) -> int:
-    """Runs per turn: at least ``floor_runs`` and ``slot_ms`` worth; then as many as the spread of the
-    ``pilot`` runs (the baseline's, in ms) says a turn's median needs to be within ``target`` (relative
-    standard error 1.2533 * sigma / sqrt(n), sigma from the median absolute deviation, robust to the pilot's
-    own outliers), at most ``max_slot_ms`` worth. A quiet 0.04 ms route needs a few dozen runs where a
-    fixed 20 ms turn took 500; a noisy one takes up to the cap."""
+def spread_of(samples: Sequence[float]) -> float | None:
+    """The relative spread of single runs: 1.4826 * MAD / median (a standard deviation where the runs are
+    normal, robust to a few slow ones); None for fewer than 5 samples."""
+    if len(samples) < 5:
+        return None
+    median = max(float(statistics.median(samples)), 1e-9)
+    return 1.4826 * float(statistics.median(abs(x - median) for x in samples)) / median
+
+
+def turn_size(pilot: Sequence[float], floor_runs: int, slot_ms: float, max_slot_ms: float, target: float,
+              spread: float | None = None) -> int:
+    """Runs per turn: at least ``floor_runs`` and ``slot_ms`` worth; then as many as the runs' ``spread``
+    says a turn's median needs to be within ``target`` (relative standard error 1.2533 * sigma / sqrt(n)),
+    at most ``max_slot_ms`` worth. ``pilot``: a few of the baseline's runs (ms), for their time per run,
+    and for the spread when none is given (apply gives the baseline trial's: 100 runs after its warm-up,
+    where a 20-run pilot just after the engines' switch sometimes read several times the spread). A quiet
+    0.04 ms route needs a few dozen runs where a fixed 20 ms turn took 500; a noisy one takes up to the cap."""
     per_run = max(float(statistics.median(pilot)), 1e-6) if pilot else 1.0
     low = max(1, floor_runs, math.ceil(slot_ms / per_run) if slot_ms > 0 else 0)
-    if target <= 0 or len(pilot) < 5:
+    if spread is None:
+        spread = spread_of(pilot)
+    if target <= 0 or spread is None:
         return min(100_000, low)
-    spread = 1.4826 * float(statistics.median(abs(x - per_run) for x in pilot)) / per_run
     need = math.ceil((1.2533 * spread / target) ** 2)
     high = max(low, int(max_slot_ms / per_run))
     return min(100_000, max(low, min(need, high)))

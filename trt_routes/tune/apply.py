@@ -27,7 +27,15 @@ from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.routes import describe, route_dict
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
-from trt_routes.selection.confirm import Remeasurement, Request, Stopping, remeasure_key, schedule, turn_target
+from trt_routes.selection.confirm import (
+    Remeasurement,
+    Request,
+    Stopping,
+    remeasure_key,
+    schedule,
+    spread_of,
+    turn_target,
+)
 from trt_routes.selection.final import confirm_statistic, final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
 from trt_routes.share.remote import fetch_blob
@@ -371,6 +379,7 @@ class Applier(TrialRunner):
             iterations=settings.iterations, warmup=job.measurement.warmup,
             settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms,
             turn_target=turn_target(settings), max_slot_ms=settings.max_slot_ms,
+            turn_spread=spread_of(trials[request.baseline].samples),
             stopping=Stopping.of(settings, len(request.challengers)), statistic=confirm_statistic(job))
 
     def finish(self, tuning: _Tuning) -> JobOutcome:
