@@ -130,7 +130,7 @@ class World:
         # draws them), then enough runs per turn for it, within slot_ms and max_slot_ms
         trial_samples = self.land.draw(baseline, ITERATIONS, REPEATS, rng)
         iterations = turn_size(trial_samples, settings.iterations, settings.slot_ms, settings.max_slot_ms,
-                               turn_target(settings), spread_of(trial_samples))
+                               turn_target(settings), spread_of(trial_samples, ITERATIONS))
         self.turn_runs.append(iterations)
         state = {"round": -1, "in_round": 0, "position": 0.0}
 

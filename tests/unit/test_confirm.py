@@ -287,3 +287,15 @@ def test_turns_are_sized_from_the_baseline_trials_spread_when_apply_gives_it() -
     assert spread_of([0.1, 0.2]) is None  # too few to tell
     assert turn_size(cold, 10, 0.0, 20.0, target) == 200  # the pilot alone: the cap (20 ms of 0.1 ms runs)
     assert turn_size(cold, 10, 0.0, 20.0, target, spread_of(steady)) == 10  # the trial's spread: the floor
+
+
+def test_the_spread_within_repeats_leaves_out_the_drift_between_them() -> None:
+    """Five repeats of 20 runs, each repeat 10% slower than the one before but quiet inside: the runs'
+    spread around the overall median is large, within each repeat it is small (pairing cancels the drift)."""
+    from trt_routes.selection.confirm import spread_of
+
+    samples = [0.2 * (1 + 0.1 * r) * (1 + 0.002 * ((i % 5) - 2)) for r in range(5) for i in range(20)]
+    overall, within = spread_of(samples), spread_of(samples, block=20)
+    assert overall is not None and within is not None
+    assert overall > 0.05 and within < 0.005
+    assert spread_of(samples, block=200) == overall  # fewer than two repeats: the overall spread

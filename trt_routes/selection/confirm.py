@@ -125,13 +125,20 @@ def turn_target(settings: Confirm) -> float:
     return 0.0 if settings.max_slot_ms <= 0 else max(settings.margin, 0.01) / (2.0 * math.sqrt(2.0))
 
 
-def spread_of(samples: Sequence[float]) -> float | None:
+def spread_of(samples: Sequence[float], block: int = 0) -> float | None:
     """The relative spread of single runs: 1.4826 * MAD / median (a standard deviation where the runs are
-    normal, robust to a few slow ones); None for fewer than 5 samples."""
+    normal, robust to a few slow ones); None for fewer than 5 samples. ``block``: the samples are repeats of
+    that many consecutive runs, and each run deviates from its own repeat's median: the run-to-run noise a
+    turn's median averages, without the drift between repeats (which pairing the turns cancels)."""
     if len(samples) < 5:
         return None
     median = max(float(statistics.median(samples)), 1e-9)
-    return 1.4826 * float(statistics.median(abs(x - median) for x in samples)) / median
+    if block >= 5 and len(samples) >= 2 * block:
+        deviations = [abs(x - statistics.median(samples[i:i + block]))
+                      for i in range(0, len(samples) - block + 1, block) for x in samples[i:i + block]]
+    else:
+        deviations = [abs(x - median) for x in samples]
+    return 1.4826 * float(statistics.median(deviations)) / median
 
 
 def turn_size(pilot: Sequence[float], floor_runs: int, slot_ms: float, max_slot_ms: float, target: float,

@@ -379,7 +379,7 @@ class Applier(TrialRunner):
             iterations=settings.iterations, warmup=job.measurement.warmup,
             settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms,
             turn_target=turn_target(settings), max_slot_ms=settings.max_slot_ms,
-            turn_spread=spread_of(trials[request.baseline].samples),
+            turn_spread=spread_of(trials[request.baseline].samples, job.measurement.iterations),
             stopping=Stopping.of(settings, len(request.challengers)), statistic=confirm_statistic(job))
 
     def finish(self, tuning: _Tuning) -> JobOutcome:
