@@ -102,7 +102,6 @@ class World:
         self.clock = 0.0  # simulated seconds: recorded build times plus measured time
         self.aligned = bool(land.meta.get("aligned"))
         self.remeasure_slots = 0  # side-by-side turns measured (the sequential design stops early)
-        self.turn_runs: list[int] = []  # runs per turn of each re-measurement (confirm.turn_size)
 
     def trial(self, route: str) -> TrialRecord:
         k = self.count[route] = self.count.get(route, 0) + 1
@@ -131,7 +130,6 @@ class World:
         trial_samples = self.land.draw(baseline, ITERATIONS, REPEATS, rng)
         iterations = turn_size(trial_samples, settings.iterations, settings.slot_ms, settings.max_slot_ms,
                                turn_target(settings), spread_of(trial_samples, ITERATIONS))
-        self.turn_runs.append(iterations)
         state = {"round": -1, "in_round": 0, "position": 0.0}
 
         def measure(route: str, k: int) -> float:

@@ -212,3 +212,24 @@ def test_noise_level_win_does_not_replace_the_default_with_real_onnxruntime(
     shutil.rmtree(manifest.parent / "engines")  # materialize only: no re-measurement
     again = apply(open_project(manifest))
     assert again.built == 0 and [o.action for o in again.outcomes] == ["materialize"]
+
+
+def test_turns_are_sized_by_the_noise_within_the_baseline_trials_repeats(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording at five levels (1.0 to 1.4 ms, 40 runs each), quiet within each: a trial's repeats land on
+    different levels, so its samples spread ~10% around their median, but each repeat is quiet. Turns are
+    sized by the latter (the iterations floor, 5 runs), not the former (the 20 ms cap, ~16 runs)."""
+    rng = np.random.default_rng(1)
+    quiet = [(1.0 + 0.1 * (i // 40)) * (1 + 0.001 * rng.standard_normal()) for i in range(200)]
+    land = landscape(tmp_path / "l.json", {"": 1.0, "-x=1": 0.5, "-y=1": 1.0, "-x=1 -y=1": 0.5})
+    data = json.loads(land.read_text())
+    data["routes"][0]["samples_ms"] = quiet
+    land.write_text(json.dumps(data))
+    manifest = replay_project(tmp_path / "p", land)
+    use(monkeypatch, manifest, land)
+    assert apply(open_project(manifest)).exit_code == 0
+    project = open_project(manifest)
+    with project.open_cache() as cache:
+        rows = [r for job in project.jobs for r in facts.remeasurements_for(cache, job.group_key)]
+    assert rows and all(r["meta"]["slot_iterations"] == CONFIRM["iterations"] for r in rows), \
+        [r["meta"]["slot_iterations"] for r in rows]

@@ -164,31 +164,23 @@ def apply(
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
     from trt_routes.execute.local import early_worker
-
-    with early_worker(enabled=not (dry_run or frozen) and (executor or "local") == "local"):
-        _apply_command(manifest, only, keep_going, dry_run, frozen, allow_signature_drift, plan_file, as_json,
-                       quiet, verbose, workers, executor, address, retry_failed)
-
-
-def _apply_command(manifest: Path, only: list[str] | None, keep_going: bool, dry_run: bool, frozen: bool,
-                   allow_signature_drift: bool, plan_file: Path | None, as_json: bool, quiet: bool, verbose: bool,
-                   workers: int | None, executor: str | None, address: str | None, retry_failed: bool) -> None:
     from trt_routes.plan.saved import load_plan
     from trt_routes.tune.apply import ApplyOptions
 
-    project = open_project(manifest)
-    select_jobs(project, only)
-    saved = load_plan(plan_file) if plan_file is not None and not frozen else None
-    options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
-                                      executor=executor, address=address, frozen=frozen,
-                                      plan=plan_file is not None, retry_failed=retry_failed)
-    if frozen:
-        from trt_routes.gitops.frozen import FrozenOptions
+    with early_worker(enabled=not (dry_run or frozen) and (executor or "local") == "local"):
+        project = open_project(manifest)
+        select_jobs(project, only)
+        saved = load_plan(plan_file) if plan_file is not None and not frozen else None
+        options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
+                                          executor=executor, address=address, frozen=frozen,
+                                          plan=plan_file is not None, retry_failed=retry_failed)
+        if frozen:
+            from trt_routes.gitops.frozen import FrozenOptions
 
-        raise typer.Exit(_apply_frozen(project, FrozenOptions(
-            only=options.only, allow_signature_drift=allow_signature_drift, keep_going=keep_going,
-            dry_run=dry_run), as_json=as_json, quiet=quiet))
-    raise typer.Exit(_apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose))
+            raise typer.Exit(_apply_frozen(project, FrozenOptions(
+                only=options.only, allow_signature_drift=allow_signature_drift, keep_going=keep_going,
+                dry_run=dry_run), as_json=as_json, quiet=quiet))
+        raise typer.Exit(_apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose))
 
 
 def _apply(project: Project, options: ApplyOptions, saved: SavedPlan | None, *, as_json: bool, quiet: bool,

@@ -185,8 +185,8 @@ class NoiseContext:
 
     def finish(self, judge: bool = False) -> dict[str, Any]:
         """The readings. ``judge``: the busy-host verdict will refuse the trial, so a window shorter than
-        ``JUDGE_TICKS`` is stretched until it can tell (up to 0.1 s on 2 CPUs, 0.2 s on one pinned core; only
-        short trials)."""
+        ``JUDGE_TICKS`` is stretched until it can tell (ticks are 10 ms per CPU read: about 0.1 s on 2 CPUs,
+        0.2 s on one pinned core; only short trials)."""
         meta: dict[str, Any] = {}
         end = _cpu_jiffies(self.cpus)
         if judge and self.jiffies is not None and end is not None and end[1] - self.jiffies[1] < JUDGE_TICKS:

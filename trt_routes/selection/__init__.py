@@ -3,7 +3,6 @@ route (confirm) and the final decision that combines them (final). Pure function
 executor, no writes."""
 
 from trt_routes.selection.confirm import (
-    PILOT_RUNS,
     Remeasurement,
     Request,
     Stopping,
@@ -17,6 +16,6 @@ from trt_routes.selection.confirm import (
 )
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, gate, select
 
-__all__ = ["DEFAULT_ROUTE", "PILOT_RUNS", "Remeasurement", "Request", "Selection", "Stopping", "gate",
+__all__ = ["DEFAULT_ROUTE", "Remeasurement", "Request", "Selection", "Stopping", "gate",
            "median_interval", "resolve", "run_sequential", "schedule", "select", "spread_of", "turn_size",
            "turn_target"]

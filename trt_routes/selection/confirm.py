@@ -134,8 +134,8 @@ def spread_of(samples: Sequence[float], block: int = 0) -> float | None:
         return None
     median = max(float(statistics.median(samples)), 1e-9)
     if block >= 5 and len(samples) >= 2 * block:
-        deviations = [abs(x - statistics.median(samples[i:i + block]))
-                      for i in range(0, len(samples) - block + 1, block) for x in samples[i:i + block]]
+        repeats = [samples[i:i + block] for i in range(0, len(samples) - block + 1, block)]
+        deviations = [abs(x - m) for rep in repeats for m in [statistics.median(rep)] for x in rep]
     else:
         deviations = [abs(x - median) for x in samples]
     return 1.4826 * float(statistics.median(deviations)) / median

@@ -17,7 +17,7 @@ from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
 from trt_routes.selection.confirm import Remeasurement, Request, decides, remeasure_key, resolve, statistic_of
-from trt_routes.selection.rank import LossLookup, Selection, confirms, select
+from trt_routes.selection.rank import LossLookup, Selection, select
 
 
 def locked_route(entry: LockEntry | None, job: Job) -> str | None:
@@ -33,7 +33,12 @@ def locked_route(entry: LockEntry | None, job: Job) -> str | None:
 def confirm_statistic(job: Job) -> str:
     """What each side-by-side turn of ``job`` reports (``confirm.statistic_of``): the median, or the tail
     quantile its objective ranks by."""
-    return statistic_of(job.objective.rank if job.objective else None) or "p50"
+    return _statistic(job) or "p50"
+
+
+def _statistic(job: Job) -> str | None:
+    """``confirm.statistic_of`` the job's rank fact; None: its objective is not re-measured side by side."""
+    return statistic_of(job.objective.rank if job.objective else None)
 
 
 def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
@@ -117,7 +122,7 @@ def final_selection(job: Job, trials: Mapping[str, TrialRecord], candidates: lis
 
 def _final_selection(job: Job, sel: Selection, cache: CacheStore, entry: LockEntry | None,
                      baseline: str) -> tuple[Selection, list[Request]]:
-    if not confirms(job.objective) and sel.winner is not None:
+    if _statistic(job) is None and sel.winner is not None:
         # confirmation re-measures timings side by side; an objective ranking by another fact decides alone
         rank = job.objective.rank if job.objective else ""
         why = ("energy counters tick too coarsely to read one side-by-side turn" if rank.startswith("energy")

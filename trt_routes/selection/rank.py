@@ -184,15 +184,6 @@ def trial_facts(trial: TrialRecord, batch: int | None = None) -> dict[str, float
                           trial.build_s, batch)
 
 
-#: The rank facts side-by-side confirmation re-measures (``confirm.STATISTICS``: median or tail quantile).
-CONFIRMED_RANKS = ("latency.p50", "throughput", "latency.p90", "latency.p99")
-
-
-def confirms(objective: Objective | None) -> bool:
-    """Whether side-by-side confirmation applies under ``objective`` (its rank is a timing)."""
-    return objective is None or objective.rank in CONFIRMED_RANKS
-
-
 def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: Tolerance,
            lookup: LossLookup | None = None, objective: Objective | None = None, objective_name: str = "",
            batch: int | None = None) -> Selection:

@@ -6,6 +6,7 @@ its lock entry ``trt_routes.tune.locking``, what apply is asked and returns ``tr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -540,41 +541,22 @@ def apply(project: Project, options: ApplyOptions | None = None, reporter: Repor
         timings.flush()
 
 
-def _dry_run(project: Project, options: ApplyOptions, reporter: Reporter,
-             executor_factory: Callable[[], Executor] | None,
-             check_plan: Callable[[Plan, CacheStore, Lockfile], None] | None, timings: Timings) -> ApplyResult:
-    """``apply --dry-run``: the plan apply would run, from what is on disk; it writes nothing (no cache,
-    project lock or memo file is created) and starts no worker. The executor's environment is set up as
-    apply would (it decides the jobs' keys: CPU sharing, a Ray cluster's hardware)."""
-    if executor_factory is None:
-        from trt_routes.execute.config import execution_config, prepare
-
-        prepare(project, execution_config(project, options.workers, options.executor, options.address))
-    with project.read_cache() as cache:
-        lock = project.read_lock()
-        plan = compute_plan(project, cache, lock, options.only)
-        timings("plan_done")
-        if check_plan is not None:
-            check_plan(plan, cache, lock)
-        reporter.plan(plan)
-        return ApplyResult(plan=plan)
-
-
 def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
            executor_factory: Callable[[], Executor] | None,
            check_plan: Callable[[Plan, CacheStore, Lockfile], None] | None, timings: Timings) -> ApplyResult:
-    if options.dry_run:
-        return _dry_run(project, options, reporter, executor_factory, check_plan, timings)
-    with exclusive(project):
+    # a dry run writes nothing: no project lock, no cache or memo file, no worker; the executor's environment
+    # is still set up (it decides the jobs' keys: CPU sharing, a Ray cluster's hardware)
+    dry = options.dry_run
+    with contextlib.nullcontext() if dry else exclusive(project):
         if executor_factory is None:
             from trt_routes.execute.config import execution_config, prepare
 
             executor_factory = prepare(project, execution_config(
                 project, options.workers, options.executor, options.address))
-        cache = project.open_cache()
+        cache = project.read_cache() if dry else project.open_cache()
         try:
-            lock = project.read_lock(remember=True)
-            if options.retry_failed:
+            lock = project.read_lock(remember=not dry)
+            if options.retry_failed and not dry:
                 from trt_routes.tune.retry import forget_failed
 
                 for name, count in forget_failed(project, cache, options.only).items():
@@ -585,6 +567,8 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 check_plan(plan, cache, lock)
             reporter.plan(plan)
             result = ApplyResult(plan=plan)
+            if dry:
+                return result
             with executor_factory() as executor:
                 executor.warm(warmup_tasks(plan))
                 timings("executor_ready")
