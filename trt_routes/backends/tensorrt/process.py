@@ -94,6 +94,7 @@ class ProcessState:
 
     def __init__(self) -> None:
         self.runtime: Any = None
+        self.logger: Any = None  # trt_logger.process_logger: TensorRT keeps one logger per process
         self.catalog_text: str | None = None
         self.distribution: TensorRTDistribution | None = None
 

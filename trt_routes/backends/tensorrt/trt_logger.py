@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections import deque
 from collections.abc import Iterator
 from functools import cache
 from types import ModuleType
 from typing import Any
+
+from trt_routes.backends.tensorrt.process import process_state
 
 ERROR_LEVELS = ("INTERNAL_ERROR", "ERROR")
 BACKGROUND_KEPT = 200
@@ -83,14 +84,14 @@ def _logger_class(trt: Any) -> type:
     return CapturingLogger
 
 
-_LOGGERS: weakref.WeakKeyDictionary[ModuleType, Any] = weakref.WeakKeyDictionary()
 _CREATE = threading.Lock()
 
 
 def process_logger(trt: ModuleType) -> Any:
-    """The capturing logger of this process for the imported ``tensorrt`` module ``trt`` (made once)."""
+    """The capturing logger of this process for the imported ``tensorrt`` module ``trt`` (made once, kept
+    in the module's ``process_state`` beside its runtime)."""
+    state = process_state(trt)
     with _CREATE:
-        logger = _LOGGERS.get(trt)
-        if logger is None:
-            logger = _LOGGERS[trt] = _logger_class(trt)()
-        return logger
+        if state.logger is None:
+            state.logger = _logger_class(trt)()
+        return state.logger
