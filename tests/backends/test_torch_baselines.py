@@ -1,6 +1,6 @@
 """torch-inductor: torch.compile's named modes as baselines (expanded from the installed torch), build-cost
-hints, the fixed switches that keep routes from sharing autotune results, and several compiled models
-of one class side by side in one process (the re-measurement worker) without recompiling."""
+hints, and several compiled models of one class side by side in one process (the re-measurement worker)
+without recompiling."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from trt_routes.backends import registry  # noqa: E402
 from trt_routes.backends.base import BuildSpec  # noqa: E402
 from trt_routes.backends.torch_inductor import TorchInductorBackend  # noqa: E402
 from trt_routes.backends.torch_inductor.catalog import (  # noqa: E402
-    FIXED,
     build_cost,
     catalog_digest,
     expand_preset,
@@ -164,15 +163,6 @@ def test_build_cost_hints(backend: TorchInductorBackend) -> None:
     autotune = build_cost({"-max_autotune": "1"}, catalog)
     assert autotune > 3 and build_cost({"-max_autotune": "1", "-coordinate_descent_tuning": "1"}, catalog) > autotune
     assert "build cost" in (catalog.get("-max_autotune").help or "")  # type: ignore[union-attr]
-
-
-def test_every_build_turns_the_shared_autotune_caches_off(tmp_path: Path, backend: TorchInductorBackend) -> None:
-    import torch._inductor.config as config
-
-    values = backend._values({"-freezing": "1"}, {"mode": "jit", "device": "cpu"})
-    present = {k for k in FIXED if k in config.get_config_copy()}
-    assert present and all(values[k] is False for k in present)
-    assert values["freezing"] is True
 
 
 # -- side by side in one process -----------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 ``aot``: torch.export + AOTInductor; the engine is the ``.pt2`` package, which is what is measured and
 what the lockfile points at. ``jit``: torch.compile with the route as its options; the engine is a JSON
-recipe (model, settings, every Inductor switch applied, torch version, generated-code digests) from
-which the same compiled module is recreated. torch is imported lazily, inside this package only."""
+recipe (model, settings, every Inductor switch applied, torch version, generated-code digests, and the
+build's compiled artifacts: ``compile_cache``) from which the same compiled module, with the kernels the
+build chose, is recreated. torch is imported lazily, inside this package only."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from trt_routes import canonical
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, SettingError, start_on_spare_cpus
-from trt_routes.backends.torch_inductor import models
+from trt_routes.backends.torch_inductor import compile_cache, models
 from trt_routes.backends.torch_inductor.catalog import (
     PRESETS,
     build_catalog,
@@ -58,10 +59,13 @@ def _torch() -> Any:
     return torch
 
 
-def _start_compile_pool() -> None:
+def _start_compile_pool(device: str) -> None:
     """Start Inductor's compile-worker pool now (once per process; later calls are free): on the cores and
-    at the priority ``start_on_spare_cpus`` gives helper processes."""
+    at the priority ``start_on_spare_cpus`` gives helper processes, sharing Triton binaries across route
+    scopes (``compile_cache``)."""
     from torch._inductor.async_compile import AsyncCompile
+
+    compile_cache.share_triton_binaries(int(device.split(":")[1]) if device.startswith("cuda:") else 0)
 
     start_on_spare_cpus(AsyncCompile.warm_pool)
 
@@ -111,6 +115,9 @@ class TorchInductorBackend(Backend):
         #: jit runners handed out and still alive: while any is, a newly loaded recipe is compiled beside
         #: them (no Dynamo reset), so a side-by-side re-measurement can call each one without recompiling
         self._live: weakref.WeakSet[TorchRunner] = weakref.WeakSet()
+        #: recipe sha256 -> how its load was compiled: artifacts restored; FX-graph hits and misses; whether
+        #: every module the build generated (the recipe's digests) is what this process loaded
+        self._restored: dict[str, dict[str, Any]] = {}
 
     # -- coordinator side -------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
@@ -229,7 +236,7 @@ class TorchInductorBackend(Backend):
         torch = _torch()
         if device != "cpu":
             torch.zeros(1, device=device)
-        _start_compile_pool()
+        _start_compile_pool(device)
 
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         settings = self._settings(spec)
@@ -238,7 +245,7 @@ class TorchInductorBackend(Backend):
         torch = _torch()
         lines = [f"torch {torch.__version__}, mode {settings['mode']}, dtype {settings['dtype']}, device {device}",
                  f"route: {' '.join(f'{k}={v}' for k, v in sorted(spec.route.items())) or '(default)'}"]
-        _start_compile_pool()  # a replaced worker's first build: before compiling starts it on this thread
+        _start_compile_pool(device)  # a replaced worker's first build: before compiling starts it on this thread
         t0 = time.perf_counter()
         with _precision(settings["matmul_precision"]):
             module, example = self._model(spec, settings, device)
@@ -322,7 +329,8 @@ class TorchInductorBackend(Backend):
 
     def _build_jit(self, spec: BuildSpec, settings: Mapping[str, Any], module: Any, example: dict[str, Any],
                    values: dict[str, Any], path: Path, device: str) -> list[str]:
-        compiled, stats = self._compile_jit(module, example, values, bool(settings["fullgraph"]), device)
+        with compile_cache.capture(compile_cache.route_tag(values)) as captured:
+            compiled, stats = self._compile_jit(module, example, values, bool(settings["fullgraph"]), device)
         torch = _torch()
         recipe = {
             "format": RECIPE_FORMAT,
@@ -341,13 +349,18 @@ class TorchInductorBackend(Backend):
             "graphs": stats["graphs"],
             "graph_breaks": stats["graph_breaks"],
             "generated_code_sha256": stats["generated"],
+            "compile_cache": captured.record,
         }
         data = json.dumps(recipe, indent=2, sort_keys=True, default=str).encode()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         self._jit = {hashlib.sha256(data).hexdigest(): (compiled, bool(values.get("triton.cudagraphs")))}
+        kept = captured.record
         return [f"compiled in {stats['compile_s']:.2f} s: {stats['graphs']} graph(s), "
                 f"{stats['graph_breaks']} graph break(s), {len(stats['generated'])} generated module(s)",
+                f"route scope {compile_cache.route_tag(values)}: FX-graph cache {captured.hits}; "
+                + (f"kept {kept['bytes']} bytes of compiled artifacts {kept['artifacts']}" if kept
+                   else "torch recorded no compiled artifacts (the engine recompiles when loaded elsewhere)"),
                 f"inductor config: {json.dumps(values, sort_keys=True)}"]
 
     # -- worker side: load, reference ----------------------------------------------------------
@@ -370,8 +383,14 @@ class TorchInductorBackend(Backend):
                 raise TrtRoutesError(f"{engine_path} is not a torch-inductor jit recipe")
             module, example = self._model(spec, settings, device)
             beside = len(self._live) > 0
-            compiled, _ = self._compile_jit(module, example, recipe["inductor_config"],
-                                            bool(settings["fullgraph"]), device, beside=beside)
+            values = recipe["inductor_config"]
+            with compile_cache.scope(compile_cache.route_tag(values)):
+                restored = compile_cache.restore(recipe.get("compile_cache"), str(engine_path))
+                compiled, stats = self._compile_jit(module, example, values, bool(settings["fullgraph"]), device,
+                                                    beside=beside)
+            built = set(recipe.get("generated_code_sha256") or [])
+            self._restored[key] = {"restored": restored, **compile_cache.restored(),
+                                   "same_code": bool(built) and built <= set(stats["generated"])}
             entry = (compiled, bool(recipe["inductor_config"].get("triton.cudagraphs")))
             self._jit = {**self._jit, key: entry} if beside else {key: entry}
         compiled, cudagraphs = self._jit[key]
@@ -379,6 +398,7 @@ class TorchInductorBackend(Backend):
 
         runner = TorchRunner(compiled, device, settings["dtype"], step_marker=cudagraphs,
                              guard=lambda: torch._dynamo.config.patch(error_on_recompile=True))
+        runner.compile_cache = self._restored.get(key, {"restored": False, "built_here": True})
         self._live.add(runner)
         return runner
 

@@ -275,13 +275,13 @@ def check_applicable(options: Iterable[str], mode: str, device: str) -> None:
                 f"{' or '.join(sorted(spec.modes))}")
 
 
-#: Inductor switches applied to every build whatever the route, where the installed torch has them:
-#: autotuning results (GEMM/conv template choices, coordinate-descent and pointwise block sizes) are not
-#: read from or written to the on-disk autotune caches, so one route never inherits another route's
-#: benchmark choices. Compiled code may still be shared through the FX-graph and Triton caches: their
-#: keys hold every Inductor switch (all applied explicitly), so a hit is the same route's own output.
-FIXED: dict[str, Any] = {"autotune_local_cache": False, "autotune_remote_cache": False,
-                         "bundled_autotune_remote_cache": False}
+#: Inductor switches applied to every build whatever the route, where the installed torch has them. Each
+#: route compiles in a cache folder of its own (``compile_cache.scope``), so the local caches are on: the
+#: FX-graph cache and the autotune caches (GEMM/conv template timings, coordinate-descent and pointwise
+#: block sizes) hold that route's results only, which the engine keeps (``compile_cache.capture``) and a
+#: load restores. Remote caches are off: they are keyed without the route's scope.
+FIXED: dict[str, Any] = {"fx_graph_cache": True, "autotune_local_cache": True, "autotune_remote_cache": False,
+                         "bundled_autotune_remote_cache": False, "fx_graph_remote_cache": False}
 
 
 def fixed_config(config_values: Mapping[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,8 @@ class TorchRunner:
         self.step_marker = step_marker  # CUDA graph trees: mark each call as a new step
         self.guard = guard  # context manager factory active around every call (e.g. no recompiles)
         self.settle = SettleInfo()
+        #: how a recreated engine was compiled: its artifacts restored, FX-graph cache hits and misses
+        self.compile_cache: dict[str, Any] = {}
         self._settled = False  # warm-up until settled runs once per loaded engine, at the first time()
         if self.on_gpu:  # peak device memory from here (weights resident) through every run: facts()
             import torch
