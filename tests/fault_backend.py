@@ -1,7 +1,9 @@
 """A fault-injecting backend for isolation tests: the real ONNX Runtime backend plus one knob,
 ``-fault``, whose values make the worker segfault, hang, raise or emit NaN/Inf at build or run time
 (or NaN timings),
-and one, ``-sleep_ms``, that adds a fixed delay to every timed run (a landscape with a clear winner).
+and one, ``-sleep_ms``, that adds a fixed delay to every timed run (a landscape with a clear winner);
+``-build_ms`` sleeps that long in every build, and ``-costly`` declares a build cost of 50 (``Knob.cost``,
+as Inductor's autotuning switches declare theirs) and changes nothing: budget tests.
 
 ``-fault=kill-host-once`` kills the process hosting the worker (the Ray worker, under the Ray
 executor) the first time any trial uses it, then builds normally: a worker dying mid-trial. It needs
@@ -109,7 +111,9 @@ class FaultBackend(OnnxRuntimeBackend):
         base = super().catalog()
         fault = Knob("-fault", FAULTS, "none", "inject a fault into the worker (tests only)", "build")
         sleep = Knob("-sleep_ms", None, "4", "sleep this long in every timed run (tests only)", "runtime")
-        return Catalog(backend=self.name, version=base.version, knobs=(*base.knobs, fault, sleep),
+        build = Knob("-build_ms", None, "0", "sleep this long in every build (tests only)", "build")
+        costly = Knob("-costly", ("0", "1"), "0", "declares a build cost of 50x (tests only)", "build", cost=50.0)
+        return Catalog(backend=self.name, version=base.version, knobs=(*base.knobs, fault, sleep, build, costly),
                        tuner_version=base.tuner_version)
 
     def software(self) -> dict[str, str]:
@@ -119,12 +123,14 @@ class FaultBackend(OnnxRuntimeBackend):
     def _split(spec: BuildSpec) -> tuple[BuildSpec, str]:
         route = dict(spec.route)
         fault = route.pop("-fault", "none")
-        route.pop("-sleep_ms", None)
+        for option in ("-sleep_ms", "-build_ms", "-costly"):
+            route.pop(option, None)
         return replace(spec, route=route), fault
 
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         inner, fault = self._split(spec)
         gate(str(spec.model_path))
+        time.sleep(int(spec.route.get("-build_ms", "0")) / 1000.0)
         if fault == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if fault == "abort":

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from trt_routes import canonical
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+#: ``Catalog.route_cost`` never says more than this (a route of many autotuning knobs)
+MAX_COST = 50.0
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,9 @@ class Knob:
     #: An open knob's bounds (TensorRT's open knobs are int32_t). Validation only: not in the catalog digest.
     minimum: int = INT32_MIN
     maximum: int = INT32_MAX
+    #: How much longer a build gets with the knob away from its default, as a factor of a default build
+    #: (Inductor's autotuning switches: 3-6). A hint for budgets (``route_cost``): not in the digest.
+    cost: float = 1.0
 
     @property
     def is_open(self) -> bool:
@@ -73,6 +81,16 @@ class Catalog:
     @property
     def options(self) -> list[str]:
         return [k.option for k in self.knobs]
+
+    def route_cost(self, route: Mapping[str, str]) -> float:
+        """The build-time factor of ``route`` against a default build: the product of the ``cost`` of each
+        knob set away from its default (and not to 0, which switches a feature off), capped at 50."""
+        factor = 1.0
+        for option, value in route.items():
+            knob = self._index.get(option)
+            if knob is not None and value != knob.default and value != "0":
+                factor *= knob.cost
+        return min(factor, MAX_COST)
 
     def to_json(self) -> dict[str, object]:
         return {

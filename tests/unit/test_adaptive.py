@@ -133,3 +133,51 @@ def test_adaptive_never_proposes_a_known_route_and_ends(data: st.DataObject) -> 
             known[route] = Outcome(ok, median if ok else None, median * (1 - width), median * (1 + width))
     assert search.next_batch(known) == []
     assert set(search.candidates(known)) == set(known)
+
+
+# -- build costs: cheap screens first, and max_minutes honoured by estimate ----------------------------
+
+COSTED = Catalog(backend="test", version="1", knobs=(
+    Knob("-slow", ("0", "1"), "0", cost=6.0), Knob("-a", ("0", "1"), "0"), Knob("-on", ("0", "1"), "1", cost=3.0),
+    Knob("-b", ("0", "1"), "0", cost=1.5),
+))
+
+
+def test_route_cost_is_the_product_of_the_costs_of_knobs_switched_on() -> None:
+    assert COSTED.route_cost({}) == 1.0
+    assert COSTED.route_cost({"-slow": "1", "-b": "1"}) == 9.0
+    assert COSTED.route_cost({"-slow": "0", "-on": "1"}) == 1.0  # off, or at its default: no cost
+    assert COSTED.route_cost({"-on": "0"}) == 1.0  # switching a feature off never costs more
+    many = Catalog(backend="test", version="1", knobs=tuple(Knob(f"-k{i}", ("0", "1"), "0", cost=6.0)
+                                                          for i in range(5)))
+    assert many.route_cost({f"-k{i}": "1" for i in range(5)}) == 50.0  # capped
+
+
+def test_adaptive_screens_the_cheapest_builds_first_in_token_order_among_equals() -> None:
+    expr = parse_expression("-slow=[0|1] -a=[0|1] -b=[0|1]", COSTED)
+    search = AdaptiveSearch(expr, COSTED)
+    assert search.next_batch({}) == ["", "-a=1", "-b=1", "-slow=1"]
+    # without costs the order is the expression's (every existing catalog: nothing changes for it)
+    plain = AdaptiveSearch(parse_expression("-d=[0|1] -a=[0|1]", CATALOG), CATALOG)
+    assert plain.next_batch({}) == ["", "-d=1", "-a=1"]
+
+
+def test_a_build_that_would_overrun_max_minutes_is_not_started() -> None:
+    now = [0.0]
+    expr = parse_expression("-slow=[0|1] -a=[0|1]", COSTED)
+    search = JobSearch(AdaptiveSearch(expr, COSTED), (), frozenset(), None, 1.0, clock=lambda: now[0],
+                       cost=lambda r: COSTED.route_cost(route_dict(r)))
+    assert search.next_batch({}) == ["", "-a=1", "-slow=1"]  # nothing built yet: only the time left counts
+    now[0] = 20.0  # 40 s left; the default build took 8 s, so -slow=1 (cost 6) needs about 48 s
+    known = {"": Outcome(True, 1.0, build_s=8.0)}
+    assert search.unit_s(known) == 8.0 and search.fits("-a=1", 8.0)  # the baseline here is the default
+    assert search.exhausted(known) is None
+    assert search.next_batch(known) == ["-a=1"]  # cut before the build that would overrun
+    assert search.exhausted(known) == "max_minutes 1: 0.7 min left, the next build (-slow=1) needs about 0.8"
+    assert search.unfinished(known)
+    # a default build of 2 s makes -slow=1 about 12 s, which fits
+    quick = JobSearch(AdaptiveSearch(expr, COSTED), (), frozenset(), None, 1.0, clock=lambda: now[0],
+                      cost=lambda r: COSTED.route_cost(route_dict(r)))
+    assert quick.next_batch({"": Outcome(True, 1.0, build_s=2.0)}) == ["-a=1", "-slow=1"]
+    unbounded = JobSearch(AdaptiveSearch(expr, COSTED), (), frozenset(), None, None)
+    assert unbounded.fits("-slow=1", 8.0) and unbounded.next_batch(known) == ["-a=1", "-slow=1"]

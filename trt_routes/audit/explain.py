@@ -20,7 +20,7 @@ from trt_routes.noise import busy_summary
 from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
-from trt_routes.search.job import job_search
+from trt_routes.search.job import job_search, search_note
 from trt_routes.selection.final import confirmation_lines, final_selection
 from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, front_lines, pareto_front, trial_facts
@@ -142,12 +142,14 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
     """The explanation of one job against an open cache and a read lockfile (no writes)."""
     entry = lock.jobs.get(job.name)
     trials = cache.group(job.group_key) if not job.blocked else {}
-    sel = None
+    sel, budget_note = None, None
     if trials and job.expression is not None and job.catalog is not None:
         lookup = LossLookupFromBlobs(cache, project.store)
         search = job_search(job, cache, trials)
-        cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, lookup))]
+        known = outcomes(trials, job.tolerance, lookup)
+        cands = [DEFAULT_ROUTE, *search.candidates(known)]
         sel, pending = final_selection(job, trials, cands, cache, entry, lookup)
+        budget_note = search_note(search, known)
     others = [t for t in cache.trials_for_job(job.name) if t.group_key != job.group_key]
     ordered = sorted(trials.values(), key=lambda t: (t.median_ms is None, t.median_ms or 0, t.route))
     ex = Explanation(job=job, selection=sel, trials=ordered, lock=entry, decisions=cache.decisions(job.name),
@@ -161,6 +163,8 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
         ex.decision += ex.front_lines
         if (busy := busy_summary((t.meta for t in trials.values()), job.measurement.busy)) is not None:
             ex.decision.append(f"Busy host: {busy}.")
+        if budget_note:
+            ex.decision.append(f"The {budget_note}.")
     ex.provenance = _provenance(job, trials, sel)
     ex.older = _older_groups(job, others, cache)
     return ex

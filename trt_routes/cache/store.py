@@ -30,7 +30,7 @@ from trt_routes.errors import CacheError, StorageError
 LIGHT_COLUMNS = ", ".join(
     ["id", "group_key", "job", "route", "signature", "model_digest", "shape_key", "settings_key",
      "protocol_key", "reference_key", "backend", "status", "median_ms", "ci_low", "ci_high", "losses",
-     "error", "engine_sha256", "outputs_sha256", "created_at"])
+     "error", "engine_sha256", "outputs_sha256", "created_at", "build_s"])
 STATUSES = ("ok", "crashed", "timeout", "build-error", "accuracy-failed")
 
 

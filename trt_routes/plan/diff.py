@@ -132,7 +132,7 @@ def outcomes(trials: Mapping[str, TrialRecord], tolerance: Tolerance,
     """What a search sees of cached trials: ok (built, finite, within tolerance) and the median."""
     return {
         route: Outcome(ok=t.status == "ok" and t.median_ms is not None and not gate(t, tolerance, lookup),
-                       median_ms=t.median_ms, ci_low=t.ci_low, ci_high=t.ci_high)
+                       median_ms=t.median_ms, ci_low=t.ci_low, ci_high=t.ci_high, build_s=t.build_s)
         for route, t in trials.items()
     }
 

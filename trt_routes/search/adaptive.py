@@ -1,6 +1,6 @@
-"""``adaptive``: trt-routes' own strategy. Screen knobs one at a time, keep only those whose gain over the
-baseline exceeds the noise, then search combinations of the positive knobs (all of them at once first,
-then coordinate descent), warm-started from routes that won for related jobs.
+"""``adaptive``: trt-routes' own strategy. Screen knobs one at a time (the cheapest builds first), keep only
+those whose gain over the baseline exceeds the noise, then search combinations of the positive knobs (all
+of them at once first, then coordinate descent), warm-started from routes that won for related jobs.
 
 Pure like every strategy: the whole search is replayed from the outcomes known so far, so it resumes
 after a crash and gives the same proposals in ``plan`` and ``apply``. Budgets are enforced outside
@@ -67,7 +67,10 @@ class AdaptiveSearch(Search):
             pairs = [(v, self._routes.route({token.option: v})) for v in token.values]
             self.one_knob[token.option] = [(v, r) for v, r in pairs if r != self.baseline]
         self.warm = tuple(unique(r for r in (self.project(w) for w in warm) if r is not None and r != self.baseline))
-        self.phase1 = unique([self.baseline, *self.warm, *screen.routes])
+        #: screening, cheapest builds first (``Catalog.route_cost``; token order among equals), so that a
+        #: ``max_minutes`` budget screens as many knobs as it can before the autotuning ones
+        screening = sorted(screen.routes, key=lambda r: catalog.route_cost(route_dict(r)))
+        self.phase1 = unique([self.baseline, *self.warm, *screening])
 
     def project(self, route: str) -> str | None:
         """``route`` restricted to this expression's varied knobs and values (pinned knobs as pinned)."""

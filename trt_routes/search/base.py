@@ -14,12 +14,14 @@ class Outcome:
     """What a strategy needs to know about a measured route.
 
     ``ok``: the trial succeeded and passed the accuracy gate; ``median_ms``: its median time;
-    ``ci_low``/``ci_high``: the median's bootstrap confidence interval (the measurement's noise)."""
+    ``ci_low``/``ci_high``: the median's bootstrap confidence interval (the measurement's noise);
+    ``build_s``: how long its build took (budgets estimate other builds from the default route's)."""
 
     ok: bool
     median_ms: float | None
     ci_low: float | None = None
     ci_high: float | None = None
+    build_s: float | None = None
 
     def beats(self, other: Outcome) -> bool:
         """Strictly faster than ``other``, both successful (trtexec's rule, noise included)."""

@@ -17,7 +17,7 @@ from trt_routes import canonical
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore
 from trt_routes.jobs import Job
-from trt_routes.routes import DEFAULT_ROUTE
+from trt_routes.routes import DEFAULT_ROUTE, route_dict
 from trt_routes.search import Outcome, Search, cached_search
 
 #: At most this many warm-start routes (each one costs a build).
@@ -81,7 +81,8 @@ class JobSearch(Search):
 
     def __init__(self, inner: Search, warm: tuple[str, ...], initial: frozenset[str], max_builds: int | None,
                  max_minutes: float | None, spent_builds: int = 0, spent_seconds: float = 0.0,
-                 clock: Callable[[], float] | None = None, baselines: tuple[str, ...] = ()) -> None:
+                 clock: Callable[[], float] | None = None, baselines: tuple[str, ...] = (),
+                 cost: Callable[[str], float] | None = None) -> None:
         self.inner = inner
         self.baselines = tuple(r for r in baselines if r != DEFAULT_ROUTE)
         self.name = inner.name
@@ -95,6 +96,8 @@ class JobSearch(Search):
         self.max_seconds = max_minutes * 60.0 if max_minutes else None
         self.clock = clock
         self.started = clock() if clock else 0.0
+        self.cost = cost or (lambda route: 1.0)
+        self.short: str | None = None  # why a route did not fit in the time left (``fits``)
 
     def builds(self, known: Mapping[str, Outcome]) -> int:
         return self.spent_builds + sum(1 for r in known if r not in self.initial)
@@ -108,7 +111,31 @@ class JobSearch(Search):
             return f"max_builds {self.max_builds} spent"
         if self.max_seconds is not None and self.seconds() >= self.max_seconds:
             return f"max_minutes {self.max_seconds / 60:g} spent"
+        return self.short
+
+    def unit_s(self, known: Mapping[str, Outcome]) -> float | None:
+        """What a route's ``cost`` multiplies: the build time of the search's baseline (the switch group's
+        pinned knobs, the varied ones at their defaults), else of the default route; None before either
+        is built."""
+        for route in (getattr(self.inner, "baseline", None), DEFAULT_ROUTE):
+            outcome = known.get(route) if route is not None else None
+            if outcome is not None and outcome.build_s:
+                return outcome.build_s
         return None
+
+    def fits(self, route: str, unit_s: float | None) -> bool:
+        """Whether building ``route`` now is within ``max_minutes``: time is left, and the route's estimated
+        build time, its ``cost`` times the baseline's build time (``unit_s``), is not more than what is
+        left. Before the baseline or default is built only the time left counts. A route that does not fit ends the
+        search at its budget (``exhausted`` says why), in plan and apply alike."""
+        if self.max_seconds is None:
+            return True
+        left = self.max_seconds - self.seconds()
+        need = self.cost(route) * (unit_s or 0.0)
+        if left > 0 and need > left:
+            self.short = (f"max_minutes {self.max_seconds / 60:g}: {left / 60:.1f} min left, the next build "
+                          f"({route or 'default'}) needs about {need / 60:.1f}")
+        return left > 0 and need <= left
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         inner = self.inner.candidates(known)
@@ -123,13 +150,21 @@ class JobSearch(Search):
             return lead
         if self.max_builds is not None:
             batch = batch[: max(0, self.max_builds - self.builds(known) - len(lead))]
+        if self.max_seconds is not None:
+            unit = self.unit_s(known)
+            fitting = 0
+            while fitting < len(batch) and (batch[fitting] in lead or self.fits(batch[fitting], unit)):
+                fitting += 1
+            batch = batch[:fitting]
         return list(dict.fromkeys([*lead, *batch]))
 
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         return None if self.exhausted(known) else self.inner.pending(known)
 
     def unfinished(self, known: Mapping[str, Outcome]) -> bool:
-        """The strategy wanted more than the budget allowed."""
+        """The strategy wanted more than the budget allowed (a build estimated past ``max_minutes``
+        included: ``next_batch`` finds it)."""
+        self.next_batch(known)
         return bool(self.inner.next_batch(known)) and self.exhausted(known) is not None
 
 
@@ -150,10 +185,11 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     if running and row is None:
         facts.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0)
     inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain)
+    catalog = job.catalog
     return JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
                      int(row["builds"] or 0) if row else 0,
                      float(row["seconds"] or 0.0) if row else 0.0, time.monotonic if running else None,
-                     baselines=job.baseline_routes)
+                     baselines=job.baseline_routes, cost=lambda r: catalog.route_cost(route_dict(r)))
 
 
 def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping[str, Outcome]) -> None:

@@ -266,23 +266,34 @@ class Applier(TrialRunner):
             room = min(room, 0 if in_flight else 1)
         budget = job.strategy.max_builds
         ref = tuning.ref
-        within = self.dispatch(job, batch[:room], ref, in_flight, budget, tuning.built)
+        fits = self.fits(tuning)
+        within = self.dispatch(job, batch[:room], ref, in_flight, budget, tuning.built, fits)
         if within and tuning.search.keeps_proposals:
             ahead = batch[room:room + self.executor.queue_room(job.target_data)]
-            within = self.dispatch(job, ahead, ref, in_flight, budget, tuning.built)
+            within = self.dispatch(job, ahead, ref, in_flight, budget, tuning.built, fits)
         if not within:
             tuning.halt = Halt.BUDGET
         running = set(in_flight.values())
         tuning.batch = [] if not within else [r for r in batch if r not in running]
 
+    def fits(self, tuning: _Tuning) -> Callable[[str], bool]:
+        """Whether a route's build fits in what the job's ``max_minutes`` leaves now (``JobSearch.fits``:
+        its cost times the baseline's build time), checked again as each route is dispatched."""
+        search = tuning.search
+        if not isinstance(search, JobSearch):
+            return lambda route: True
+        unit = search.unit_s(outcomes(tuning.trials, tuning.job.tolerance, self.lookup))
+        return lambda route: search.fits(route, unit)
+
     def dispatch(self, job: Job, routes: list[str], ref: tuple[str, str], in_flight: dict[int, str],
-                 budget: int | None, built: int) -> bool:
+                 budget: int | None, built: int, fits: Callable[[str], bool] = lambda route: True) -> bool:
         """Submit ``routes`` in order; False when the budget stopped it (what runs may finish, nothing
-        more is proposed). Trials in flight count against the budget; the default route and the job's
-        baseline always run."""
+        more is proposed). Trials in flight count against ``max_builds``; a route whose estimated build
+        does not fit in the time ``max_minutes`` leaves is not started (``fits``); the default route and
+        the job's baseline always run."""
         for route in routes:
             always = route == DEFAULT_ROUTE or route in job.baseline_routes
-            if budget is not None and built + len(in_flight) >= budget and not always:
+            if not always and ((budget is not None and built + len(in_flight) >= budget) or not fits(route)):
                 return False
             task = self.trial_task(job, route, ref)
             in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route

@@ -168,12 +168,12 @@ def _knob(spec: KnobSpec, current: Any) -> Knob | None:
     if spec.cost > 1.0:
         help_text += f" [build cost: about {spec.cost:g}x a default build]"
     if isinstance(current, bool):
-        return Knob(spec.option, ("0", "1"), _value_text(current), help_text)
+        return Knob(spec.option, ("0", "1"), _value_text(current), help_text, cost=spec.cost)
     if isinstance(current, int):
-        return Knob(spec.option, None, str(current), help_text)
+        return Knob(spec.option, None, str(current), help_text, cost=spec.cost)
     if isinstance(current, str) and spec.choices:
         values = tuple(dict.fromkeys([current, *spec.choices]))
-        return Knob(spec.option, values, current, help_text)
+        return Knob(spec.option, values, current, help_text, cost=spec.cost)
     return None  # None-valued or unknown-typed switches are not offered
 
 
@@ -185,16 +185,9 @@ def build_catalog(config: Any, version: str) -> Catalog:
 
 
 def build_cost(route: Mapping[str, str], catalog: Catalog) -> float:
-    """The build-time factor of ``route`` relative to a default build: the product of its knobs'
-    ``cost`` where the knob is switched on (not 0, not its default), capped at 50. A hint for budgets."""
-    factor = 1.0
-    for option, value in route.items():
-        spec = SPEC_BY_OPTION.get(option)
-        knob = catalog.get(option)
-        if spec is None or knob is None or value == knob.default or value == "0":
-            continue
-        factor *= spec.cost
-    return min(factor, 50.0)
+    """The build-time factor of ``route`` relative to a default build (``Catalog.route_cost``: the
+    product of its knobs' ``cost`` where the knob is switched on, capped at 50). A hint for budgets."""
+    return catalog.route_cost(route)
 
 
 #: torch.compile's named modes offered as baselines (``baseline: {preset: NAME}``), in torch's spelling.
