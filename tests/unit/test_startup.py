@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +25,29 @@ def test_a_worker_imports_neither_the_manifest_loader_nor_the_cache() -> None:
     loaded = _modules_after("import trt_routes.execute.worker, trt_routes.execute.tasks")
     assert "trt_routes.manifest.load" not in loaded and "yaml" not in loaded
     assert "trt_routes.cache.store" not in loaded and "sqlite_utils" not in loaded
+
+
+def test_the_early_worker_starts_before_the_coordinator_imports_numpy_or_the_worker_code(tmp_path: Path) -> None:
+    """The CLI imports execute.spawn alone to start the early worker: the standard library only (no numpy,
+    pydantic, ONNX Runtime, nor the worker's own module in the coordinator), yet the child serves tasks."""
+    code = (
+        "import sys\n"
+        "from trt_routes.execute.spawn import early_worker, _EARLY\n"
+        "heavy = sorted(m for m in ('numpy', 'pydantic', 'onnxruntime', 'onnx', 'yaml', 'trt_routes.execute.worker',\n"
+        "                           'trt_routes.execute.tasks') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "with early_worker():\n"
+        "    assert _EARLY and 'numpy' not in sys.modules\n"
+        "    from trt_routes.execute.local import LocalExecutor\n"
+        "    from trt_routes.execute.tasks import WarmupTask\n"
+        "    worker = _EARLY[0][1]\n"
+        "    with LocalExecutor() as ex:\n"
+        "        assert ex.run(WarmupTask(backend='onnxruntime', spec=None), 60).status == 'ok'\n"
+        "        assert ex._worker is worker\n"
+        "    assert 'trt_routes.execute.worker' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+

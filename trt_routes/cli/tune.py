@@ -163,11 +163,12 @@ def apply(
         "--retry-failed", help="Run the selected jobs' cached crashed and timed-out trials again.")] = False,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
-    from trt_routes.execute.local import early_worker
-    from trt_routes.plan.saved import load_plan
-    from trt_routes.tune.apply import ApplyOptions
+    from trt_routes.execute.spawn import early_worker  # the standard library only: the worker starts first
 
     with early_worker(enabled=not (dry_run or frozen) and (executor or "local") == "local"):
+        from trt_routes.plan.saved import load_plan
+        from trt_routes.tune.apply import ApplyOptions
+
         project = open_project(manifest)
         select_jobs(project, only)
         saved = load_plan(plan_file) if plan_file is not None and not frozen else None
