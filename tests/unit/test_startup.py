@@ -27,6 +27,20 @@ def test_a_worker_imports_neither_the_manifest_loader_nor_the_cache() -> None:
     assert "trt_routes.cache.store" not in loaded and "sqlite_utils" not in loaded
 
 
+def test_a_worker_imports_neither_the_manifest_schema_nor_pydantic() -> None:
+    """A worker's start-up is on apply's path to its first task: the schema and pydantic were ~45 ms of it."""
+    loaded = _modules_after("import trt_routes.execute.worker, trt_routes.execute.tasks, trt_routes.execute.spawn,"
+                            " trt_routes.backends.onnxruntime")
+    assert "trt_routes.manifest.schema" not in loaded and "pydantic" not in loaded
+
+
+def test_the_units_name_every_fact_of_the_schema() -> None:
+    from trt_routes.facts import UNITS
+    from trt_routes.manifest.schema import FACTS
+
+    assert set(UNITS) == set(FACTS)
+
+
 def test_the_early_worker_starts_before_the_coordinator_imports_numpy_or_the_worker_code(tmp_path: Path) -> None:
     """The CLI imports execute.spawn alone to start the early worker: the standard library only (no numpy,
     pydantic, ONNX Runtime, nor the worker's own module in the coordinator), yet the child serves tasks."""
