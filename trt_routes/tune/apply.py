@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
-from trt_routes import canonical
+from trt_routes import canonical, memo
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.execute.base import Executor
@@ -562,6 +562,8 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 for name, count in forget_failed(project, cache, options.only).items():
                     reporter.message(f"{name}: {count} crashed or timed-out trial(s) will run again")
             plan = compute_plan(project, cache, lock, options.only)
+            if not dry:
+                memo.save()  # what resolving the jobs derived (a catalog, model graphs), for later commands
             timings("plan_done")
             if check_plan is not None:
                 check_plan(plan, cache, lock)
