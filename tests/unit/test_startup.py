@@ -65,3 +65,42 @@ def test_the_early_worker_starts_before_the_coordinator_imports_numpy_or_the_wor
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
+
+#: Runs the console script's ``main`` on argv[1:], reporting the collector's state at exit and during the
+#: command's first trt-routes call after the project is loaded.
+_GC_PROBE = """
+import atexit, gc, sys
+seen = {}
+import trt_routes.cli.common as common
+opened = common.open_project
+def spy(manifest):
+    seen["before_open"] = gc.isenabled()
+    project = opened(manifest)
+    seen["after_open"] = gc.isenabled()
+    seen["frozen"] = gc.get_freeze_count()
+    return project
+common.open_project = spy
+import trt_routes.cli.tune
+trt_routes.cli.tune.open_project = spy
+atexit.register(lambda: print("GC", gc.isenabled(), seen, flush=True))
+sys.argv = ["trt-routes", *sys.argv[1:]]
+from trt_routes.cli.app import main
+main()
+"""
+
+
+def test_the_console_script_starts_without_the_collector_and_turns_it_on_for_the_work(tmp_path: Path) -> None:
+    from _project import make_project
+    from conftest import load_make_models
+
+    manifest = make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m"))
+    out = subprocess.run([sys.executable, "-P", "-c", _GC_PROBE, "plan", "-m", str(manifest)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = out.stdout.splitlines()[-1]
+    assert line.startswith("GC True") and "'before_open': False" in line and "'after_open': True" in line, line
+    frozen = int(line.split("'frozen': ")[1].rstrip("}"))
+    assert frozen > 10_000  # what start-up allocated is out of the collector's sight
+    version = subprocess.run([sys.executable, "-P", "-c", _GC_PROBE, "--version"], capture_output=True, text=True,
+                             timeout=60)
+    assert version.stdout.splitlines()[-1].startswith("GC True {}"), version.stdout  # no project: on at exit
