@@ -267,3 +267,24 @@ def test_the_early_worker_is_taken_by_the_default_executor_and_stopped_when_unus
     idle.proc.join(5)
     assert not idle.proc.is_alive() and not spawn._EARLY  # nobody took it: stopped on exit
 
+
+
+def test_a_preload_hint_warms_the_early_worker_up_before_its_first_task_and_sends_nothing_back() -> None:
+    """apply hints the early worker, once the jobs are known, to import their backends while the coordinator
+    plans (execute.spawn.warm_early): the first task finds onnxruntime imported; a warm-up that fails
+    (an unknown backend) is dropped without a result, and the worker serves on."""
+    from _exec_probe import ModulesProbe, spec_for
+
+    from trt_routes.execute import spawn
+    from trt_routes.execute.tasks import Preload, WarmupTask
+
+    with spawn.early_worker():
+        early = spawn._EARLY[0][1]
+        spawn.preload_early(Preload((WarmupTask("no-such-backend", spec_for(None)),
+                                     WarmupTask("onnxruntime", spec_for(None)))))
+        with LocalExecutor() as executor:
+            first = executor.run(ModulesProbe(("onnxruntime",)), 60)
+            assert first.status == "ok" and first.meta["loaded"] == ["onnxruntime"], first
+            assert executor._worker is early
+            assert executor.run(ModulesProbe(("onnxruntime",)), 60).meta["pid"] == first.meta["pid"]
+    spawn.preload_early(Preload(()))  # no early worker: nothing to hint, nothing raised

@@ -7,7 +7,7 @@ interpreters' imports overlap: the coordinator's ~0.25 s of imports and the work
 
 from __future__ import annotations
 
-__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "early_worker", "take_early"]
+__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "early_worker", "preload_early", "take_early", "warm_early"]
 
 import contextlib
 import multiprocessing as mp
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trt_routes.execute.tasks import TaskResult
+    from trt_routes.jobs import Job
 
 #: Set in every worker unless the user's environment sets it. A worker's own numpy work (inputs, losses)
 #: is small, and OpenBLAS's idle pool threads spin for a while after each call: without this, the loss
@@ -164,6 +165,28 @@ def early_worker(enabled: bool = True) -> Iterator[None]:
     finally:
         while _EARLY:
             _EARLY.pop()[1].kill()  # never given a task: nothing of it to keep
+
+
+def preload_early(hint: object) -> None:
+    """Give the early worker, if one waits, ``hint`` (a ``tasks.Preload``: the backends to import before its
+    first task comes). It is a hint: a worker that is gone, or a full pipe, drops it."""
+    if _EARLY:
+        from multiprocessing.reduction import ForkingPickler
+
+        _EARLY[-1][1].send_bytes(ForkingPickler.dumps(hint))
+
+
+def warm_early(jobs: list[Job]) -> None:
+    """Hint the early worker, if one waits, to import the backends of ``jobs``' CPU targets (the only ones it
+    serves) while the coordinator imports the rest of apply and plans: the first reference run then finds
+    them imported. Jobs that turn out to be up to date cost the idle worker an import, no more."""
+    if not _EARLY:
+        return
+    from trt_routes.execute.tasks import Preload, warmups
+
+    found = warmups(j for j in jobs if not j.blocked and j.target_data.get("kind") == "cpu")
+    if found:
+        preload_early(Preload(tuple(found)))
 
 
 def take_early(env: Mapping[str, str], cpus: frozenset[int] | None) -> Worker | None:
