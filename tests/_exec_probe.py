@@ -39,3 +39,17 @@ class EnvProbe:
             "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
         }
         return TaskResult(status=self.status, meta=meta)
+
+
+@dataclass(frozen=True)
+class ModulesProbe:
+    """Reports which of ``names`` the worker process has imported (``meta["loaded"]``) and its pid."""
+
+    names: tuple[str, ...]
+    spec: BuildSpec = field(default_factory=lambda: spec_for(None))
+
+    def execute(self) -> TaskResult:
+        import sys
+
+        return TaskResult(status="ok", meta={"loaded": [n for n in self.names if n in sys.modules],
+                                             "pid": os.getpid()})

@@ -23,6 +23,21 @@ def load_make_models() -> ModuleType:
     return module
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _memo_folder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The memo of derived facts (trt_routes.memo) in a folder of this test session, never the user's
+    ~/.cache; workers inherit it."""
+    import os
+
+    saved = os.environ.get("TRT_ROUTES_MEMO")
+    os.environ["TRT_ROUTES_MEMO"] = str(tmp_path_factory.mktemp("memo"))
+    yield
+    if saved is None:
+        os.environ.pop("TRT_ROUTES_MEMO", None)
+    else:
+        os.environ["TRT_ROUTES_MEMO"] = saved
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``resnet_like`` and ``transformer_block`` .onnx files, freshly generated (not the committed bytes)."""

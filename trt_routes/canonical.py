@@ -66,3 +66,9 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def l0_key(atol: float, rtol: float) -> str:
+    """The name of the l0 loss at one (atol, rtol) pair, as trials store it (the worker computes it, the
+    manifest's checks read it): here, below both, so a worker need not import the manifest's schema."""
+    return f"l0@atol={atol:g},rtol={rtol:g}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from trt_routes import canonical
 
@@ -103,6 +104,20 @@ class Catalog:
                 for k in self.knobs
             ],
         }
+
+    def to_record(self) -> dict[str, object]:
+        """Everything the catalog holds, the knobs' bounds too (``from_record`` reads it back): for the memo."""
+        return {**self.to_json(), "knobs": [
+            {"option": k.option, "values": list(k.values) if k.values is not None else None, "default": k.default,
+             "help": k.help, "phase": k.phase, "minimum": k.minimum, "maximum": k.maximum} for k in self.knobs]}
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Catalog:
+        return cls(backend=str(data["backend"]), version=str(data["version"]),
+                   tuner_version=str(data["tuner_version"]),
+                   knobs=tuple(Knob(k["option"], tuple(k["values"]) if k["values"] is not None else None,
+                                    k["default"], k["help"], k["phase"], minimum=int(k["minimum"]),
+                                    maximum=int(k["maximum"])) for k in data["knobs"]))
 
     @property
     def digest(self) -> str:

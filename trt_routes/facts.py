@@ -31,14 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from trt_routes.manifest.schema import FACTS
-
 HIGHER_IS_BETTER = frozenset({"throughput"})
+#: The unit of every fact of ``trt_routes.manifest.schema.FACTS`` (tests/unit/test_startup.py checks that both
+#: name the same facts: the schema is not imported here, a worker needs neither it nor pydantic).
 UNITS = {"latency.p50": "ms", "latency.p90": "ms", "latency.p99": "ms", "throughput": "/s",
          "device_memory_mb": "MB", "engine_mb": "MB", "build_s": "s", "energy": "mJ"}
-#: facts every trial of this version records (or derives from its samples and fields); the rest depend on
-#: the hardware and backend
-assert set(UNITS) == set(FACTS)
 
 
 def latency_facts(samples: Sequence[float]) -> dict[str, float]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trt_routes.manifest.schema import l0_key
+from trt_routes.canonical import l0_key
 
 METRICS = ("l0", "l1", "l2", "lInf", "cos")
 ZERO_NORM = 1e-12
@@ -43,7 +43,7 @@ def loss(metric: str, output: np.ndarray, reference: np.ndarray, *, atol: float 
 def losses(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
            l0_params: Iterable[tuple[float, float]] = ((1e-5, 1e-5),)) -> dict[str, dict[str, float]]:
     """Every loss for every reference output: ``{name: {"l1": .., "l2": .., "lInf": .., "cos": ..,
-    "l0@atol=1e-05,rtol=1e-05": ..}}``, one l0 key per (atol, rtol) pair (see ``schema.l0_key``).
+    "l0@atol=1e-05,rtol=1e-05": ..}}``, one l0 key per (atol, rtol) pair (see ``canonical.l0_key``).
 
     Outputs without a reference are ignored; a reference without an output raises ValueError."""
     params = list(dict.fromkeys((float(a), float(r)) for a, r in l0_params))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trt_routes import canonical
+from trt_routes import canonical, memo
 from trt_routes.errors import TrtRoutesError
 
 #: ONNX element types (TensorProto.DataType) by number, named as the manifest names dtypes.
@@ -94,12 +94,44 @@ def read_model_files(path: Path) -> ModelFiles:
         raise ModelFileError(path, f"the model file is empty: {path}", "export the model again")
     if not is_onnx(path):
         return ModelFiles(path)
-    proto = _load_proto(path)
-    side = tuple((rel, _side_path(path, rel)) for rel in external_locations(proto))
-    init = {t.name for t in proto.graph.initializer}
-    inputs = tuple(_tensor(v) for v in proto.graph.input if v.name not in init)
-    outputs = tuple(_tensor(v) for v in proto.graph.output)
-    return ModelFiles(path, side, inputs, outputs)
+    sha = _sha256(path)
+    graph = _graph_facts(path, sha)
+    side = tuple((rel, _side_path(path, rel)) for rel in graph["external"])
+    inputs = tuple(_tensor_of(t) for t in graph["inputs"])
+    outputs = tuple(_tensor_of(t) for t in graph["outputs"])
+    return ModelFiles(path, side, inputs, outputs, _shas={path.name: sha})
+
+
+def _sha256(path: Path) -> str:
+    try:
+        return canonical.file_sha256(path)
+    except OSError as exc:
+        raise ModelFileError(path, f"cannot read model file {path}: {exc.strerror or exc}") from exc
+
+
+def _graph_facts(path: Path, sha: str) -> dict[str, Any]:
+    """The external-data names, graph inputs (initializers left out) and outputs of the model whose bytes hash
+    to ``sha``: remembered (``trt_routes.memo``) under that sha256, the installed onnx and this module's source,
+    so a model seen before is not parsed again (nor onnx imported, ~25 ms of every command)."""
+    key = {"model": sha, "onnx": memo.package_identity("onnx"), "code": memo.source_identity(__file__)}
+    facts = memo.lookup("onnx-graph", key)
+    if facts is None:
+        proto = _load_proto(path)
+        init = {t.name for t in proto.graph.initializer}
+        facts = {"external": external_locations(proto),
+                 "inputs": [_tensor_data(_tensor(v)) for v in proto.graph.input if v.name not in init],
+                 "outputs": [_tensor_data(_tensor(v)) for v in proto.graph.output]}
+        memo.remember("onnx-graph", key, facts)
+    return facts
+
+
+def _tensor_data(info: TensorInfo) -> dict[str, Any]:
+    return {"name": info.name, "dtype": info.dtype, "dims": None if info.dims is None else list(info.dims)}
+
+
+def _tensor_of(data: dict[str, Any]) -> TensorInfo:
+    dims = data["dims"]
+    return TensorInfo(str(data["name"]), str(data["dtype"]), None if dims is None else tuple(dims))
 
 
 def _load_proto(path: Path) -> Any:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trt_routes.manifest.schema import Busy
+if TYPE_CHECKING:  # annotations only: a worker imports this module (JUDGE_TICKS) and needs no manifest
+    from trt_routes.manifest.schema import Busy
 
 #: Clock ticks (all the trial's CPUs together) a window needs for its share to be judged alone: one tick
 #: is then at most 5% of it.

@@ -245,24 +245,46 @@ def test_a_worker_that_died_idle_is_replaced_before_the_next_task() -> None:
 
 
 def test_the_early_worker_is_taken_by_the_default_executor_and_stopped_when_unused() -> None:
-    """`trt-routes apply` starts the default worker while it loads the project (execute.local.early_worker):
+    """`trt-routes apply` starts the default worker while it loads the project (execute.spawn.early_worker):
     a default LocalExecutor takes that very process; another configuration, or nobody, leaves it stopped."""
-    from trt_routes.execute import local
+    from trt_routes.execute import spawn
     from trt_routes.execute.tasks import WarmupTask
 
-    with local.early_worker():
-        early = local._EARLY[0][1]
+    with spawn.early_worker():
+        early = spawn._EARLY[0][1]
         with LocalExecutor() as executor:
             assert executor.run(WarmupTask(backend="onnxruntime", spec=None), 60).status == "ok"  # type: ignore[arg-type]
             assert executor._worker is early and executor.workers_started == 1
-        assert not local._EARLY
-    with local.early_worker():
-        unused = local._EARLY[0][1]
+        assert not spawn._EARLY
+    with spawn.early_worker():
+        unused = spawn._EARLY[0][1]
         with LocalExecutor(env={"OMP_NUM_THREADS": "1"}) as executor:  # another configuration: not taken
             assert executor.run(WarmupTask(backend="onnxruntime", spec=None), 60).status == "ok"  # type: ignore[arg-type]
             assert executor._worker is not unused
         assert not unused.proc.is_alive()
-    with local.early_worker():
-        idle = local._EARLY[0][1]
+    with spawn.early_worker():
+        idle = spawn._EARLY[0][1]
     idle.proc.join(5)
-    assert not idle.proc.is_alive() and not local._EARLY  # nobody took it: stopped on exit
+    assert not idle.proc.is_alive() and not spawn._EARLY  # nobody took it: stopped on exit
+
+
+
+def test_a_preload_hint_warms_the_early_worker_up_before_its_first_task_and_sends_nothing_back() -> None:
+    """apply hints the early worker, once the jobs are known, to import their backends while the coordinator
+    plans (execute.spawn.warm_early): the first task finds onnxruntime imported; a warm-up that fails
+    (an unknown backend) is dropped without a result, and the worker serves on."""
+    from _exec_probe import ModulesProbe, spec_for
+
+    from trt_routes.execute import spawn
+    from trt_routes.execute.tasks import Preload, WarmupTask
+
+    with spawn.early_worker():
+        early = spawn._EARLY[0][1]
+        spawn.preload_early(Preload((WarmupTask("no-such-backend", spec_for(None)),
+                                     WarmupTask("onnxruntime", spec_for(None)))))
+        with LocalExecutor() as executor:
+            first = executor.run(ModulesProbe(("onnxruntime",)), 60)
+            assert first.status == "ok" and first.meta["loaded"] == ["onnxruntime"], first
+            assert executor._worker is early
+            assert executor.run(ModulesProbe(("onnxruntime",)), 60).meta["pid"] == first.meta["pid"]
+    spawn.preload_early(Preload(()))  # no early worker: nothing to hint, nothing raised

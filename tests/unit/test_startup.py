@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +25,82 @@ def test_a_worker_imports_neither_the_manifest_loader_nor_the_cache() -> None:
     loaded = _modules_after("import trt_routes.execute.worker, trt_routes.execute.tasks")
     assert "trt_routes.manifest.load" not in loaded and "yaml" not in loaded
     assert "trt_routes.cache.store" not in loaded and "sqlite_utils" not in loaded
+
+
+def test_a_worker_imports_neither_the_manifest_schema_nor_pydantic() -> None:
+    """A worker's start-up is on apply's path to its first task: the schema and pydantic were ~45 ms of it."""
+    loaded = _modules_after("import trt_routes.execute.worker, trt_routes.execute.tasks, trt_routes.execute.spawn,"
+                            " trt_routes.backends.onnxruntime")
+    assert "trt_routes.manifest.schema" not in loaded and "pydantic" not in loaded
+
+
+def test_the_units_name_every_fact_of_the_schema() -> None:
+    from trt_routes.facts import UNITS
+    from trt_routes.manifest.schema import FACTS
+
+    assert set(UNITS) == set(FACTS)
+
+
+def test_the_early_worker_starts_before_the_coordinator_imports_numpy_or_the_worker_code(tmp_path: Path) -> None:
+    """The CLI imports execute.spawn alone to start the early worker: the standard library only (no numpy,
+    pydantic, ONNX Runtime, nor the worker's own module in the coordinator), yet the child serves tasks."""
+    code = (
+        "import sys\n"
+        "from trt_routes.execute.spawn import early_worker, _EARLY\n"
+        "heavy = sorted(m for m in ('numpy', 'pydantic', 'onnxruntime', 'onnx', 'yaml', 'trt_routes.execute.worker',\n"
+        "                           'trt_routes.execute.tasks') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "with early_worker():\n"
+        "    assert _EARLY and 'numpy' not in sys.modules\n"
+        "    from trt_routes.execute.local import LocalExecutor\n"
+        "    from trt_routes.execute.tasks import WarmupTask\n"
+        "    worker = _EARLY[0][1]\n"
+        "    with LocalExecutor() as ex:\n"
+        "        assert ex.run(WarmupTask(backend='onnxruntime', spec=None), 60).status == 'ok'\n"
+        "        assert ex._worker is worker\n"
+        "    assert 'trt_routes.execute.worker' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+#: Runs the console script's ``main`` on argv[1:], reporting the collector's state at exit and during the
+#: command's first trt-routes call after the project is loaded.
+_GC_PROBE = """
+import atexit, gc, sys
+seen = {}
+import trt_routes.cli.common as common
+opened = common.open_project
+def spy(manifest):
+    seen["before_open"] = gc.isenabled()
+    project = opened(manifest)
+    seen["after_open"] = gc.isenabled()
+    seen["frozen"] = gc.get_freeze_count()
+    return project
+common.open_project = spy
+import trt_routes.cli.tune
+trt_routes.cli.tune.open_project = spy
+atexit.register(lambda: print("GC", gc.isenabled(), seen, flush=True))
+sys.argv = ["trt-routes", *sys.argv[1:]]
+from trt_routes.cli.app import main
+main()
+"""
+
+
+def test_the_console_script_starts_without_the_collector_and_turns_it_on_for_the_work(tmp_path: Path) -> None:
+    from _project import make_project
+    from conftest import load_make_models
+
+    manifest = make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m"))
+    out = subprocess.run([sys.executable, "-P", "-c", _GC_PROBE, "plan", "-m", str(manifest)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = out.stdout.splitlines()[-1]
+    assert line.startswith("GC True") and "'before_open': False" in line and "'after_open': True" in line, line
+    frozen = int(line.split("'frozen': ")[1].rstrip("}"))
+    assert frozen > 10_000  # what start-up allocated is out of the collector's sight
+    version = subprocess.run([sys.executable, "-P", "-c", _GC_PROBE, "--version"], capture_output=True, text=True,
+                             timeout=60)
+    assert version.stdout.splitlines()[-1].startswith("GC True {}"), version.stdout  # no project: on at exit

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from trt_routes import catalog as catalog_module
+from trt_routes import memo
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, time_on_host
 from trt_routes.backends.native_log import captured_fd2
 from trt_routes.catalog import Catalog, Knob
@@ -163,6 +165,28 @@ def _build_catalog() -> Catalog:
                    tuner_version=KNOBS_VERSION)
 
 
+def _software(name: str) -> dict[str, str]:
+    ort = _ort()
+    try:
+        from onnxruntime.capi import build_and_package_info
+
+        package = str(build_and_package_info.package_name)
+    except ImportError:
+        package = "onnxruntime"
+    return {"backend": name, "backend_version": str(ort.__version__), "package": package, "providers": PROVIDER}
+
+
+def _probe(name: str) -> dict[str, Any]:
+    """Import onnxruntime and read what the coordinator needs of it (``OnnxRuntimeBackend._installed``)."""
+    try:
+        ort = _ort()
+    except ImportError as exc:
+        return {"unavailable": f"onnxruntime cannot be imported: {exc}"}
+    if PROVIDER not in ort.get_available_providers():
+        return {"unavailable": f"this onnxruntime build has no {PROVIDER}"}
+    return {"unavailable": None, "catalog": _build_catalog().to_record(), "software": _software(name)}
+
+
 def _summarize_log(lines: list[str]) -> list[str]:
     """Warnings and errors as ORT wrote them, plus which transformers changed the graph."""
     kept = [line for line in lines if "[W:" in line or "[E:" in line or "[F:" in line]
@@ -271,35 +295,45 @@ class OnnxRuntimeBackend(Backend):
         return model_identity(engine)
 
     def __init__(self) -> None:
+        self._install: dict[str, Any] | None = None
         self._catalog: Catalog | None = None
         self._references: dict[str, Any] = {}
         self._reference_lock = threading.Lock()
 
     # -- coordinator side -------------------------------------------------------------------
+    def _installed(self) -> dict[str, Any]:
+        """The installed ONNX Runtime's availability, catalog (``Catalog.to_record``) and software fields.
+
+        Remembered (``trt_routes.memo``) under the install's identity (its files' sizes, mtimes and inodes)
+        and the source of this module and of ``trt_routes.catalog``, so the coordinator need not import
+        onnxruntime (~25 ms) to plan: another install or another knob mapping is probed anew, and only a
+        usable install is remembered (a broken import may be mended outside its files)."""
+        if self._install is None:
+            identity = memo.package_identity("onnxruntime")
+            key = {"install": identity, "code": memo.source_identity(__file__, catalog_module.__file__ or "")}
+            found = memo.lookup("onnxruntime", key) if identity is not None else None
+            if found is None:
+                found = _probe(self.name)
+                if identity is not None and found["unavailable"] is None:
+                    memo.remember("onnxruntime", key, found)
+            self._install = found
+        return self._install
+
     def unavailable_reason(self) -> str | None:
-        try:
-            ort = _ort()
-        except ImportError as exc:
-            return f"onnxruntime cannot be imported: {exc}"
-        if PROVIDER not in ort.get_available_providers():
-            return f"this onnxruntime build has no {PROVIDER}"
-        return None
+        reason = self._installed()["unavailable"]
+        return None if reason is None else str(reason)
 
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = _build_catalog()
+            record = self._installed().get("catalog")
+            self._catalog = Catalog.from_record(record) if record is not None else _build_catalog()
         return self._catalog
 
     def software(self) -> dict[str, str]:
-        ort = _ort()
-        try:
-            from onnxruntime.capi import build_and_package_info
-
-            package = str(build_and_package_info.package_name)
-        except ImportError:
-            package = "onnxruntime"
-        return {"backend": self.name, "backend_version": str(ort.__version__), "package": package,
-                "providers": PROVIDER}
+        software = self._installed().get("software")
+        if software is None:  # not usable here: read from the import itself (which raises if it fails)
+            return _software(self.name)
+        return {str(k): str(v) for k, v in software.items()}
 
     def supports(self, target: Mapping[str, Any]) -> str | None:
         if target.get("kind") == "cpu":
@@ -360,6 +394,12 @@ class OnnxRuntimeBackend(Backend):
         return so
 
     # -- worker side ------------------------------------------------------------------------
+    def warm_up(self, spec: BuildSpec) -> None:
+        """Import onnxruntime (~25 ms), which the reference run, every build and every load use. (onnx, which
+        builds use for the graph summary, is left to the first build: a warm-up given while the coordinator
+        plans has ~30 ms before the first task, and the reference run does not need onnx.)"""
+        _ort()
+
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         """Optimize ``spec.model_path`` with the route's build knobs; the saved optimized model is the engine.
 

@@ -17,7 +17,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from trt_routes import __version__
-from trt_routes.cli import audit, cache, init, lock, trials, tune
+from trt_routes.cli import audit, cache, init, lock, startup, trials, tune
 from trt_routes.cli.common import console, json_mode
 from trt_routes.errors import Exit, TrtRoutesError, storage_error
 
@@ -147,11 +147,14 @@ def main() -> None:
     process."""
     import atexit
 
+    startup.begin()
     code: int | str | None = 0
     try:
         app()
     except SystemExit as exc:
         code = exc.code
+    finally:
+        startup.end()  # a command that loaded no project
     if isinstance(code, str):  # SystemExit("message"): the interpreter prints it and exits 1
         print(code, file=sys.stderr)
         code = 1

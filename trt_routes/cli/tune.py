@@ -163,13 +163,13 @@ def apply(
         "--retry-failed", help="Run the selected jobs' cached crashed and timed-out trials again.")] = False,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
-    from trt_routes.execute.local import early_worker
-    from trt_routes.plan.saved import load_plan
-    from trt_routes.tune.apply import ApplyOptions
+    from trt_routes.execute.spawn import early_worker, warm_early  # the standard library: the worker starts first
 
     with early_worker(enabled=not (dry_run or frozen) and (executor or "local") == "local"):
         project = open_project(manifest)
-        select_jobs(project, only)
+        warm_early(select_jobs(project, only))  # before apply's own imports: the worker imports the backends meanwhile
+        from trt_routes.plan.saved import load_plan
+        from trt_routes.tune.apply import ApplyOptions
         saved = load_plan(plan_file) if plan_file is not None and not frozen else None
         options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
                                           executor=executor, address=address, frozen=frozen,

@@ -5,168 +5,19 @@ its task becomes a trial with status ``crashed`` or ``timeout`` and the run goes
 
 from __future__ import annotations
 
-__all__ = ["LocalExecutor", "early_worker"]
+__all__ = ["LocalExecutor", "Worker", "early_worker"]
 
-import contextlib
-import multiprocessing as mp
-import os
-import signal
-import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
-from multiprocessing.process import BaseProcess
+from collections.abc import Mapping
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from trt_routes.execute.base import InFlightRun, Target
-from trt_routes.execute.tasks import TaskResult, healthy
-from trt_routes.execute.worker import serve
-
-#: Set in every worker unless the user's environment sets it. A worker's own numpy work (inputs, losses)
-#: is small, and OpenBLAS's idle pool threads spin for a while after each call: without this, the loss
-#: computation on a large output left a thread burning a core through the timed runs that follow.
-WORKER_ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
+from trt_routes.execute.spawn import Worker, early_worker, take_early
+from trt_routes.execute.tasks import TaskResult
 
 #: The largest task queued in a worker's pipe behind a running one.
 _QUEUED_TASK_MAX_BYTES = 16 * 1024
-
-#: Spawning takes the environment and CPU affinity from the spawning thread: one spawn at a time.
-_SPAWN_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _spawn_context(env: Mapping[str, str], cpus: frozenset[int] | None) -> Iterator[None]:
-    """``env`` set (and this thread pinned to ``cpus``) while a child is spawned, then restored.
-
-    The child's environment is fixed at exec, before it imports numpy or any CUDA library, which is
-    what CUDA_VISIBLE_DEVICES and the thread-count variables need; affinity is inherited at fork."""
-    with _SPAWN_LOCK:
-        saved = {k: os.environ.get(k) for k in env}
-        saved_cpus = os.sched_getaffinity(0) if cpus and hasattr(os, "sched_setaffinity") else None
-        os.environ.update(env)
-        if saved_cpus is not None:
-            os.sched_setaffinity(0, cpus)  # type: ignore[arg-type]
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            if saved_cpus is not None:
-                os.sched_setaffinity(0, saved_cpus)
-
-
-def _signal_name(code: int | None) -> str:
-    if code is None:
-        return "unknown"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
-
-
-class Worker:
-    """One isolated worker process (spawned, so no state leaks from the coordinator), started with
-    ``env`` added to its environment and, given ``cpus``, bound to those CPU cores."""
-
-    def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
-        ctx = mp.get_context("spawn")
-        env = {**{k: v for k, v in WORKER_ENV_DEFAULTS.items() if k not in os.environ}, **(env or {})}
-        self.conn, child = ctx.Pipe()
-        self.proc: BaseProcess = ctx.Process(target=serve, args=(child,), daemon=True)
-        self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
-        try:
-            with _spawn_context(env, cpus):
-                self.proc.start()
-        except OSError as exc:
-            self.start_error = f"{type(exc).__name__}: {exc}"
-        child.close()
-
-    def alive(self) -> bool:
-        """False once the process has exited (a worker that never started counts as alive: ``receive``
-        reports why it could not start)."""
-        return bool(self.start_error) or self.proc.is_alive()
-
-    def send_bytes(self, data: bytes | memoryview) -> bool:
-        """Put a pickled task in the worker's pipe (it runs after those already there); False if the worker
-        is gone (``receive`` then says how it died)."""
-        try:
-            self.conn.send_bytes(data)
-        except (BrokenPipeError, OSError):
-            return False
-        return True
-
-    def receive(self, timeout: float) -> tuple[TaskResult, bool]:
-        """The result of the oldest task in the pipe, within ``timeout``; (result, worker_still_healthy)."""
-        if self.start_error:
-            return TaskResult(status="crashed", error=f"infrastructure: could not start a worker process: "
-                              f"{self.start_error}", infrastructure=True), False
-        if not self.conn.poll(timeout):
-            self.kill()
-            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
-        try:
-            result: TaskResult = self.conn.recv()
-        except (EOFError, OSError):
-            self.proc.join(5)
-            return TaskResult(status="crashed",
-                              error=f"worker died with {_signal_name(self.proc.exitcode)}"), False
-        return result, healthy(result)
-
-    def kill(self) -> None:
-        if self.start_error:
-            self.conn.close()
-            return
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-        self.conn.close()
-
-    def close(self) -> None:
-        if self.start_error:
-            self.conn.close()
-            return
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.conn.send(None)
-        self.proc.join(2)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(2)
-        self.conn.close()
-
-
-#: The worker ``early_worker`` started, with the environment variables it was started under (at most one).
-_EARLY: list[tuple[dict[str, str], Worker]] = []
-
-
-@contextlib.contextmanager
-def early_worker(enabled: bool = True) -> Iterator[None]:
-    """Start the default local worker now, while the caller loads the project and plans: its interpreter
-    and imports (~0.16 s) overlap the coordinator's own. The first LocalExecutor that would start an
-    identical worker (no extra environment, no pinned cores, the same environment variables) takes it; one
-    nobody took is stopped on exit (a no-op apply: a few milliseconds here, its start-up on another core)."""
-    if not enabled or _EARLY:
-        yield
-        return
-    _EARLY.append((dict(os.environ), Worker()))
-    try:
-        yield
-    finally:
-        while _EARLY:
-            _EARLY.pop()[1].kill()  # never given a task: nothing of it to keep
-
-
-def _take_early(env: Mapping[str, str], cpus: frozenset[int] | None) -> Worker | None:
-    if not _EARLY:
-        return None
-    environ, worker = _EARLY.pop()
-    if env or cpus is not None or environ != dict(os.environ) or not worker.alive() or worker.start_error:
-        worker.kill()  # started for another configuration, and never given a task
-        return None
-    return worker
 
 
 class LocalExecutor(InFlightRun):
@@ -213,7 +64,7 @@ class LocalExecutor(InFlightRun):
                 self._worker.kill()  # it died idle, after its last result: the next task is not to blame
                 self._worker = None
             if self._worker is None:
-                self._worker = _take_early(self.env, self.cpus) or Worker(self.env, self.cpus)
+                self._worker = take_early(self.env, self.cpus) or Worker(self.env, self.cpus)
                 self.workers_started += 1
             self._piped.append(self._waiting.popleft())
             if not self._worker.send_bytes(data):

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask", "healthy"]
+__all__ = ["Preload", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask", "healthy",
+           "warmups"]
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trt_routes import canonical
 from trt_routes.backends.base import BuildSpec
 from trt_routes.execute.protocol import SettleSpec
 from trt_routes.selection.confirm import Stopping
+
+if TYPE_CHECKING:
+    from trt_routes.jobs import Job
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,24 @@ class WarmupTask:
 
     backend: str
     spec: BuildSpec
+
+
+def warmups(jobs: Iterable[Job]) -> list[WarmupTask]:
+    """One warm-up per backend and target device among ``jobs``."""
+    tasks: dict[tuple[str, str], WarmupTask] = {}
+    for job in jobs:
+        key = (job.backend, canonical.dumps(job.target_data.get("device")))
+        tasks.setdefault(key, WarmupTask(backend=job.backend, spec=job.build_spec({})))
+    return list(tasks.values())
+
+
+@dataclass(frozen=True)
+class Preload:
+    """A hint, not a task: run these warm-ups (``Backend.warm_up``: the backend's imports) while the worker
+    waits for its first task. Nothing is sent back; a warm-up that fails is left for the first task that
+    needs the backend to meet and report."""
+
+    warmups: tuple[WarmupTask, ...]
 
 
 @dataclass

@@ -38,6 +38,7 @@ from trt_routes.errors import StorageError, storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
+    Preload,
     ReferenceTask,
     RemeasureTask,
     TaskResult,
@@ -319,6 +320,9 @@ def serve(conn: Connection) -> None:
             if task is None:
                 stopped = True
                 return
+            if isinstance(task, Preload):
+                _preload(task)
+                continue
             result = _run(task)
             try:
                 conn.send(result)
@@ -337,6 +341,14 @@ def serve(conn: Connection) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+
+
+def _preload(hint: Preload) -> None:
+    """Warm the hinted backends up; no result is sent (``Preload``), so a failure here is the first task's to
+    meet: it runs the same imports and reports what went wrong."""
+    for warmup in hint.warmups:
+        with contextlib.suppress(Exception), captured_fd2():
+            registry.get(warmup.backend).warm_up(warmup.spec)
 
 
 #: The line that starts what a task's native code wrote to file descriptor 2, at the end of its log.

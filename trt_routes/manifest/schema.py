@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic import Strict as StrictType
 
+from trt_routes.canonical import l0_key
 from trt_routes.text import has_userinfo, looks_secret
 
 SCHEMA_VERSION = 1
@@ -143,8 +144,6 @@ class Check(Strict):
         return (self.atol if self.atol is not None else 1e-5, self.rtol if self.rtol is not None else 1e-5)
 
 
-def l0_key(atol: float, rtol: float) -> str:
-    return f"l0@atol={atol:g},rtol={rtol:g}"
 
 
 class Tolerance(Strict):

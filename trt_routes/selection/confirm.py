@@ -36,12 +36,14 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trt_routes import PROTOCOL_VERSION, canonical
-from trt_routes.manifest.schema import Confirm
 from trt_routes.routes import describe
 from trt_routes.selection.rank import DEFAULT_ROUTE, RULE, Selection, Verdict
+
+if TYPE_CHECKING:  # annotations only: a worker unpickles Stopping and needs no manifest (nor pydantic)
+    from trt_routes.manifest.schema import Confirm
 
 CONFIRM_RULE = ("; a non-default winner must then beat the default route re-measured side by side "
                 "(interleaved rounds in one worker): its time ratio to the default below 1 - margin and the "

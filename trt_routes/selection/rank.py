@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trt_routes import facts as facts_
-from trt_routes.manifest.schema import Check, Objective, Tolerance
 from trt_routes.routes import DEFAULT_ROUTE, describe
 
-if TYPE_CHECKING:  # the cache (and sqlite-utils) stays out of a worker process, which unpickles Stopping
-    from trt_routes.cache.store import TrialRecord
+if TYPE_CHECKING:  # the cache (and sqlite-utils) and the manifest's schema (and pydantic) stay out of a worker
+    from trt_routes.cache.store import TrialRecord  # process, which unpickles Stopping
+    from trt_routes.manifest.schema import Check, Objective, Tolerance
 
 #: Computes a loss the trial did not store (e.g. l0 at new atol/rtol) or returns None.
-LossLookup = Callable[["TrialRecord", str, Check], float | None]
+LossLookup = Callable[["TrialRecord", str, "Check"], float | None]
 
 RULE = ("eligible = built, every output finite and every loss strictly below its threshold; "
         "winner = lowest median latency among eligible routes (ties: default route, then fewer knobs)")

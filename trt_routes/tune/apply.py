@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
-from trt_routes import canonical
+from trt_routes import memo
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
-from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask
+from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, make_plan, outcomes
@@ -441,12 +441,7 @@ class Applier(TrialRunner):
 
 def warmup_tasks(plan: Plan) -> list[WarmupTask]:
     """One warm-up per backend and target device among the jobs to tune (``Executor.warm``)."""
-    tasks: dict[tuple[str, str], WarmupTask] = {}
-    for jp in plan.jobs:
-        if jp.action == "tune":
-            key = (jp.job.backend, canonical.dumps(jp.job.target_data.get("device")))
-            tasks.setdefault(key, WarmupTask(backend=jp.job.backend, spec=jp.job.build_spec({})))
-    return list(tasks.values())
+    return warmups(jp.job for jp in plan.jobs if jp.action == "tune")
 
 
 class Phase(Enum):
@@ -573,6 +568,8 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 for name, count in forget_failed(project, cache, options.only).items():
                     reporter.message(f"{name}: {count} crashed or timed-out trial(s) will run again")
             plan = compute_plan(project, cache, lock, options.only)
+            if not dry:
+                memo.save()  # what resolving the jobs derived (a catalog, model graphs), for later commands
             timings("plan_done")
             if check_plan is not None:
                 check_plan(plan, cache, lock)

@@ -1,0 +1,201 @@
+"""One worker process: spawned with its environment and cores, a pipe to it; and the early worker that
+`trt-routes apply` starts before its own imports.
+
+Only the standard library is imported here (the result records are imported when the first result is
+read, the worker's code only in the child), so that the CLI can start the worker first and the two
+interpreters' imports overlap: the coordinator's ~0.25 s of imports and the worker's own."""
+
+from __future__ import annotations
+
+__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "early_worker", "preload_early", "take_early", "warm_early"]
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trt_routes.execute.tasks import TaskResult
+    from trt_routes.jobs import Job
+
+#: Set in every worker unless the user's environment sets it. A worker's own numpy work (inputs, losses)
+#: is small, and OpenBLAS's idle pool threads spin for a while after each call: without this, the loss
+#: computation on a large output left a thread burning a core through the timed runs that follow.
+WORKER_ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
+
+#: Spawning takes the environment and CPU affinity from the spawning thread: one spawn at a time.
+_SPAWN_LOCK = threading.Lock()
+
+
+def _serve(conn: Connection) -> None:
+    """The worker process's target (``trt_routes.execute.worker.serve``, imported in the child only)."""
+    from trt_routes.execute.worker import serve
+
+    serve(conn)
+
+
+@contextlib.contextmanager
+def _spawn_context(env: Mapping[str, str], cpus: frozenset[int] | None) -> Iterator[None]:
+    """``env`` set (and this thread pinned to ``cpus``) while a child is spawned, then restored.
+
+    The child's environment is fixed at exec, before it imports numpy or any CUDA library, which is
+    what CUDA_VISIBLE_DEVICES and the thread-count variables need; affinity is inherited at fork."""
+    with _SPAWN_LOCK:
+        saved = {k: os.environ.get(k) for k in env}
+        saved_cpus = os.sched_getaffinity(0) if cpus and hasattr(os, "sched_setaffinity") else None
+        os.environ.update(env)
+        if saved_cpus is not None:
+            os.sched_setaffinity(0, cpus)  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if saved_cpus is not None:
+                os.sched_setaffinity(0, saved_cpus)
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "unknown"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+class Worker:
+    """One isolated worker process (spawned, so no state leaks from the coordinator), started with
+    ``env`` added to its environment and, given ``cpus``, bound to those CPU cores."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
+        ctx = mp.get_context("spawn")
+        env = {**{k: v for k, v in WORKER_ENV_DEFAULTS.items() if k not in os.environ}, **(env or {})}
+        self.conn, child = ctx.Pipe()
+        self.proc: BaseProcess = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
+        try:
+            with _spawn_context(env, cpus):
+                self.proc.start()
+        except OSError as exc:
+            self.start_error = f"{type(exc).__name__}: {exc}"
+        child.close()
+
+    def alive(self) -> bool:
+        """False once the process has exited (a worker that never started counts as alive: ``receive``
+        reports why it could not start)."""
+        return bool(self.start_error) or self.proc.is_alive()
+
+    def send_bytes(self, data: bytes | memoryview) -> bool:
+        """Put a pickled task in the worker's pipe (it runs after those already there); False if the worker
+        is gone (``receive`` then says how it died)."""
+        try:
+            self.conn.send_bytes(data)
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def receive(self, timeout: float) -> tuple[TaskResult, bool]:
+        """The result of the oldest task in the pipe, within ``timeout``; (result, worker_still_healthy)."""
+        from trt_routes.execute.tasks import TaskResult, healthy
+
+        if self.start_error:
+            return TaskResult(status="crashed", error=f"infrastructure: could not start a worker process: "
+                              f"{self.start_error}", infrastructure=True), False
+        if not self.conn.poll(timeout):
+            self.kill()
+            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
+        try:
+            result: TaskResult = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            return TaskResult(status="crashed",
+                              error=f"worker died with {_signal_name(self.proc.exitcode)}"), False
+        return result, healthy(result)
+
+    def kill(self) -> None:
+        if self.start_error:
+            self.conn.close()
+            return
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+    def close(self) -> None:
+        if self.start_error:
+            self.conn.close()
+            return
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.conn.send(None)
+        self.proc.join(2)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(2)
+        self.conn.close()
+
+
+#: The worker ``early_worker`` started, with the environment variables it was started under (at most one).
+_EARLY: list[tuple[dict[str, str], Worker]] = []
+
+
+@contextlib.contextmanager
+def early_worker(enabled: bool = True) -> Iterator[None]:
+    """Start the default local worker now, before the caller imports the rest of trt-routes and loads the
+    project: its interpreter and imports (~0.17 s) overlap the coordinator's own, and it is ready when
+    the first task comes. The first LocalExecutor that would start an identical worker (no extra
+    environment, no pinned cores, the same environment variables) takes it; one nobody took is stopped on
+    exit (a no-op apply: a few milliseconds here, its start-up on another core)."""
+    if not enabled or _EARLY:
+        yield
+        return
+    _EARLY.append((dict(os.environ), Worker()))
+    try:
+        yield
+    finally:
+        while _EARLY:
+            _EARLY.pop()[1].kill()  # never given a task: nothing of it to keep
+
+
+def preload_early(hint: object) -> None:
+    """Give the early worker, if one waits, ``hint`` (a ``tasks.Preload``: the backends to import before its
+    first task comes). It is a hint: a worker that is gone, or a full pipe, drops it."""
+    if _EARLY:
+        from multiprocessing.reduction import ForkingPickler
+
+        _EARLY[-1][1].send_bytes(ForkingPickler.dumps(hint))
+
+
+def warm_early(jobs: list[Job]) -> None:
+    """Hint the early worker, if one waits, to import the backends of ``jobs``' CPU targets (the only ones it
+    serves) while the coordinator imports the rest of apply and plans: the first reference run then finds
+    them imported. Jobs that turn out to be up to date cost the idle worker an import, no more."""
+    if not _EARLY:
+        return
+    from trt_routes.execute.tasks import Preload, warmups
+
+    found = warmups(j for j in jobs if not j.blocked and j.target_data.get("kind") == "cpu")
+    if found:
+        preload_early(Preload(tuple(found)))
+
+
+def take_early(env: Mapping[str, str], cpus: frozenset[int] | None) -> Worker | None:
+    """The early worker, if it was started for exactly this configuration and is alive; else None (and
+    an early worker started for another configuration is stopped)."""
+    if not _EARLY:
+        return None
+    environ, worker = _EARLY.pop()
+    if env or cpus is not None or environ != dict(os.environ) or not worker.alive() or worker.start_error:
+        worker.kill()  # started for another configuration, and never given a task
+        return None
+    return worker
