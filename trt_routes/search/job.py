@@ -113,12 +113,17 @@ class JobSearch(Search):
             return f"max_minutes {self.max_seconds / 60:g} spent"
         return self.short
 
+    def unit_routes(self) -> tuple[str, ...]:
+        """The routes whose build time ``unit_s`` reads, in order."""
+        baseline = getattr(self.inner, "baseline", None)
+        return (baseline, DEFAULT_ROUTE) if isinstance(baseline, str) else (DEFAULT_ROUTE,)
+
     def unit_s(self, known: Mapping[str, Outcome]) -> float | None:
         """What a route's ``cost`` multiplies: the build time of the search's baseline (the switch group's
         pinned knobs, the varied ones at their defaults), else of the default route; None before either
         is built."""
-        for route in (getattr(self.inner, "baseline", None), DEFAULT_ROUTE):
-            outcome = known.get(route) if route is not None else None
+        for route in self.unit_routes():
+            outcome = known.get(route)
             if outcome is not None and outcome.build_s:
                 return outcome.build_s
         return None
@@ -164,7 +169,8 @@ class JobSearch(Search):
     def unfinished(self, known: Mapping[str, Outcome]) -> bool:
         """The strategy wanted more than the budget allowed (a build estimated past ``max_minutes``
         included: ``next_batch`` finds it)."""
-        self.next_batch(known)
+        if self.max_seconds is not None:
+            self.next_batch(known)  # what it finds past the time left sets ``short``
         return bool(self.inner.next_batch(known)) and self.exhausted(known) is not None
 
 
