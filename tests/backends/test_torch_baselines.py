@@ -18,7 +18,6 @@ from trt_routes.backends import registry  # noqa: E402
 from trt_routes.backends.base import BuildSpec  # noqa: E402
 from trt_routes.backends.torch_inductor import TorchInductorBackend  # noqa: E402
 from trt_routes.backends.torch_inductor.catalog import (  # noqa: E402
-    build_cost,
     catalog_digest,
     expand_preset,
     preset_table,
@@ -158,10 +157,10 @@ def test_baseline_route_with_a_knob_that_does_not_act_here_is_a_positioned_error
 
 def test_build_cost_hints(backend: TorchInductorBackend) -> None:
     catalog = backend.catalog()
-    assert build_cost({}, catalog) == 1.0
-    assert build_cost({"-freezing": "0"}, catalog) == 1.0
-    autotune = build_cost({"-max_autotune": "1"}, catalog)
-    assert autotune > 3 and build_cost({"-max_autotune": "1", "-coordinate_descent_tuning": "1"}, catalog) > autotune
+    assert catalog.route_cost({}) == 1.0
+    assert catalog.route_cost({"-freezing": "0"}) == 1.0
+    autotune = catalog.route_cost({"-max_autotune": "1"})
+    assert autotune > 3 and catalog.route_cost({"-max_autotune": "1", "-coordinate_descent_tuning": "1"}) > autotune
     assert "build cost" in (catalog.get("-max_autotune").help or "")  # type: ignore[union-attr]
 
 

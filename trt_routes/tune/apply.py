@@ -26,7 +26,7 @@ from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, make_plan, outcomes
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.routes import describe, route_dict
-from trt_routes.search import Outcome, Search
+from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
 from trt_routes.selection.confirm import (
     Remeasurement,
@@ -282,9 +282,8 @@ class Applier(TrialRunner):
         search = tuning.search
         if not isinstance(search, JobSearch) or search.max_seconds is None:
             return lambda route: True
-        known = {r: Outcome(ok=t.status == "ok", median_ms=t.median_ms, build_s=t.build_s)
-                 for r in search.unit_routes() if (t := tuning.trials.get(r)) is not None}
-        unit = search.unit_s(known)
+        unit_trials = {r: tuning.trials[r] for r in search.unit_routes() if r in tuning.trials}
+        unit = search.unit_s(outcomes(unit_trials, tuning.job.tolerance, self.lookup))
         return lambda route: search.fits(route, unit)
 
     def dispatch(self, job: Job, routes: list[str], ref: tuple[str, str], in_flight: dict[int, str],

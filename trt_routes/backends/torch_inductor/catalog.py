@@ -46,7 +46,7 @@ class KnobSpec:
     why_mode: str = ""  # why it does not act in the modes it lacks
     choices: tuple[str, ...] = ()  # closed values for str knobs (the installed default is always added)
     #: how much longer a build gets with the knob on, as a factor of a default build (a hint: it orders
-    #: nothing by itself; see ``build_cost``): 1 none, 1.5 some extra passes, 3+ benchmarks during the build
+    #: nothing by itself; see ``Catalog.route_cost``): 1 none, 1.5 some extra passes, 3+ benchmarks during the build
     cost: float = 1.0
 
     @property
@@ -182,12 +182,6 @@ def build_catalog(config: Any, version: str) -> Catalog:
     values = config.get_config_copy()
     knobs = [k for spec in SPECS if spec.name in values and (k := _knob(spec, values[spec.name])) is not None]
     return Catalog(backend="torch-inductor", version=version, knobs=tuple(knobs), tuner_version=KNOBS_VERSION)
-
-
-def build_cost(route: Mapping[str, str], catalog: Catalog) -> float:
-    """The build-time factor of ``route`` relative to a default build (``Catalog.route_cost``: the
-    product of its knobs' ``cost`` where the knob is switched on, capped at 50). A hint for budgets."""
-    return catalog.route_cost(route)
 
 
 #: torch.compile's named modes offered as baselines (``baseline: {preset: NAME}``), in torch's spelling.

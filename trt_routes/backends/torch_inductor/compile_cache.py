@@ -56,7 +56,8 @@ class Captured:
     hits: dict[str, int] = field(default_factory=dict)
 
 
-def _counters() -> dict[str, int]:
+def restored() -> dict[str, int]:
+    """FX-graph cache hits, misses and bypasses since the last ``torch._dynamo.utils.counters.clear()``."""
     from torch._dynamo.utils import counters
 
     return {"fx_graph_hits": int(counters["inductor"].get("fxgraph_cache_hit", 0)),
@@ -83,8 +84,8 @@ def share_triton_binaries(device_index: int) -> None:
 
 
 @contextlib.contextmanager
-def scope(tag: str) -> Iterator[str]:
-    """Compile and first-run inside the route's own cache folder (yielded)."""
+def scope(tag: str) -> Iterator[None]:
+    """Compile and first-run inside the route's own cache folder."""
     from torch._inductor.utils import clear_caches
 
     folder = os.path.join(_root(), "trt-routes-routes", tag)
@@ -93,7 +94,7 @@ def scope(tag: str) -> Iterator[str]:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
     clear_caches()
     try:
-        yield folder
+        yield
     finally:
         clear_caches()
         if saved is None:
@@ -112,7 +113,7 @@ def capture(tag: str) -> Iterator[Captured]:
     with CacheArtifactManager.with_fresh_cache(), scope(tag):
         yield out
         saved = torch.compiler.save_cache_artifacts()
-    out.hits = _counters()
+    out.hits = restored()
     if saved is not None:
         data, info = saved
         out.record = {"format": FORMAT, "torch": str(torch.__version__), "scope": tag,
@@ -141,7 +142,3 @@ def restore(record: Mapping[str, Any] | None, where: str) -> bool:
     torch.compiler.load_cache_artifacts(data)
     return True
 
-
-def restored() -> dict[str, int]:
-    """FX-graph cache hits, misses and bypasses since the last ``torch._dynamo.utils.counters.clear()``."""
-    return _counters()
