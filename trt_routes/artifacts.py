@@ -31,12 +31,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError, StorageError, storage_error
+
+if TYPE_CHECKING:  # numpy only where arrays are stored or read (workers, loss checks)
+    import numpy as np
 
 
 def _fsync_dir(path: Path) -> None:
@@ -339,6 +340,8 @@ class BlobStore:
         return sha
 
     def put_arrays(self, arrays: dict[str, np.ndarray]) -> str:
+        import numpy as np
+
         buf = io.BytesIO()
         np.savez(buf, **arrays)  # type: ignore[arg-type]
         return self.put_bytes(buf.getvalue())
@@ -347,6 +350,8 @@ class BlobStore:
         if not self.has(sha):
             raise CacheError(f"array blob {sha[:16]}... in {self.root} is missing or corrupt",
                              "run `trt-routes apply` again: it re-measures what it needs")
+        import numpy as np
+
         with np.load(self.path(sha), allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
 

@@ -29,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 HIGHER_IS_BETTER = frozenset({"throughput"})
 #: The unit of every fact of ``trt_routes.manifest.schema.FACTS`` (tests/unit/test_startup.py checks that both
 #: name the same facts: the schema is not imported here, a worker needs neither it nor pydantic).
@@ -42,6 +40,8 @@ def latency_facts(samples: Sequence[float]) -> dict[str, float]:
     """p50/p90/p99 of the samples (ms); empty without samples."""
     if not samples:
         return {}
+    import numpy as np  # here: commands that read only stored facts need no numpy
+
     q = np.quantile(np.asarray(samples, dtype=np.float64), [0.5, 0.9, 0.99])
     return {"latency.p50": float(q[0]), "latency.p90": float(q[1]), "latency.p99": float(q[2])}
 

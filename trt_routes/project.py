@@ -14,7 +14,6 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from trt_routes import measure
 from trt_routes.artifacts import BlobStore
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import UsageError
@@ -156,4 +155,6 @@ class LossLookupFromBlobs:
         if output not in outs or output not in refs:
             return None
         atol, rtol = check.l0_params
+        from trt_routes import measure  # numpy: not imported by commands that compute no loss
+
         return measure.loss(check.metric, outs[output], refs[output], atol=atol, rtol=rtol)

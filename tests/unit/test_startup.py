@@ -21,6 +21,52 @@ def test_the_cache_does_not_import_pandas_and_pandas_still_imports_after() -> No
     assert "pandas" in _modules_after("import trt_routes.cache\nimport pandas")  # the block was lifted
 
 
+def test_the_cache_does_not_import_numpy_and_numpy_still_imports_after() -> None:
+    """sqlite-utils imports numpy (40 ms) only to map numpy scalar types to columns; the cache creates its
+    tables from Python types, and the block is lifted at once."""
+    assert "numpy" not in _modules_after("import trt_routes.cli.app, trt_routes.cache")
+    assert "numpy" in _modules_after("import trt_routes.cache\nimport numpy")
+
+
+_NUMPY_PROBE = """
+import atexit, sys
+sys.argv = ["trt-routes", *sys.argv[1:]]
+import trt_routes.tune.apply as ap
+started = ap.Applier.start
+seen = []
+def start(self, jp, active):
+    seen.append("numpy" in sys.modules)  # when apply starts a job: nothing measured yet
+    tuning = started(self, jp, active)
+    seen.append("trt_routes.measure" in sys.modules)  # after its reference is submitted, before any trial
+    return tuning
+ap.Applier.start = start
+atexit.register(lambda: print("NUMPY", "numpy" in sys.modules, seen, flush=True))
+from trt_routes.cli.app import main
+main()
+"""
+
+
+def test_plan_and_status_import_no_numpy_and_apply_imports_it_before_its_first_trial(tmp_path: Path) -> None:
+    """numpy (40 ms of start-up) is for measuring: a no-op plan or status reads stored facts without it; apply
+    imports it once its first reference run is submitted (it runs meanwhile), before any trial is timed."""
+    from _project import make_project
+    from conftest import load_make_models
+
+    models = load_make_models().write_models(tmp_path / "m")
+
+    def run(project: str, *argv: str) -> str:
+        manifest = make_project(tmp_path / project, models)
+        out = subprocess.run([sys.executable, "-P", "-c", _NUMPY_PROBE, *argv, "-m", str(manifest)],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()[-1]
+
+    run("primer", "apply")  # a first apply on this machine probes ONNX Runtime (numpy with it) for the memo
+    assert run("p", "apply") == "NUMPY True [False, True, True, True]"  # two jobs; the first starts without
+    assert run("p", "plan") == "NUMPY False []"
+    assert run("p", "status") == "NUMPY False []"
+
+
 def test_a_worker_imports_neither_the_manifest_loader_nor_the_cache() -> None:
     loaded = _modules_after("import trt_routes.execute.worker, trt_routes.execute.tasks")
     assert "trt_routes.manifest.load" not in loaded and "yaml" not in loaded

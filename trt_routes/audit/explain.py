@@ -10,8 +10,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.facts import Front, batch_of
 from trt_routes.jobs import Job, find_job
@@ -57,6 +55,8 @@ def margin(default: TrialRecord, other: TrialRecord, seed: int = 0) -> Margin | 
     if not (default.median_ms and other.median_ms):
         return None
     ratio = default.median_ms / other.median_ms
+    import numpy as np  # here, not at the top: every command imports this module, few call margin
+
     a = np.asarray(default.samples, dtype=np.float64)
     b = np.asarray(other.samples, dtype=np.float64)
     if a.size >= 2 and b.size >= 2 and np.isfinite(a).all() and np.isfinite(b).all() and (b > 0).all():

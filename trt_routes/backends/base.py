@@ -18,14 +18,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from trt_routes.catalog import Catalog
 from trt_routes.errors import TrtRoutesError
 
-Feeds = dict[str, np.ndarray]
+if TYPE_CHECKING:  # the coordinator's commands import this module; only workers need numpy
+    import numpy as np
+
+Feeds = dict[str, "np.ndarray"]
 
 
 @dataclass(frozen=True)

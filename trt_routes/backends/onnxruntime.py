@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
 from trt_routes import catalog as catalog_module
 from trt_routes import memo
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, time_on_host
@@ -25,6 +23,7 @@ from trt_routes.errors import RouteError
 from trt_routes.model_files import external_path, onnx_tensors
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnxruntime as ort
 
 #: Bumped whenever the meaning of a knob (its mapping onto ORT) changes; enters the catalog.
@@ -81,11 +80,13 @@ DISABLE: dict[str, tuple[tuple[str, ...], str]] = {
                            "basic and layout: pushes Transposes through other ops and cancels inverse pairs"),
 }
 
-_NP_TYPES: dict[str, Any] = {
-    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
-    "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
-    "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+#: ONNX Runtime's input type names as numpy dtype names (numpy is imported by the worker's runner only: the
+#: coordinator's commands read this backend's catalog and signature, from the memo, without it).
+_NP_TYPES: dict[str, str] = {
+    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+    "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int16)": "int16", "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8", "tensor(uint16)": "uint16", "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64", "tensor(bool)": "bool",
 }
 _MODIFIED = re.compile(r"GraphTransformer (\S+) modified: (\d+)")
 
@@ -229,6 +230,8 @@ def embed_external_data(engine_path: Path, model_dir: Path) -> int:
 
 
 def _cast_feeds(feeds: Mapping[str, np.ndarray], types: Mapping[str, Any]) -> Feeds:
+    import numpy as np
+
     out: Feeds = {}
     for name, value in feeds.items():
         dtype = types.get(name)
@@ -269,6 +272,8 @@ class OnnxRuntimeRunner:
         self.output_names = [o.name for o in session.get_outputs()]
 
     def run(self, feeds: Feeds) -> Feeds:
+        import numpy as np
+
         outputs = self.session.run(self.output_names, _cast_feeds(feeds, self.input_types))
         return dict(zip(self.output_names, (np.asarray(o) for o in outputs), strict=True))
 

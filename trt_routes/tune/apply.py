@@ -53,7 +53,7 @@ from trt_routes.tune.outcome import (
     Reporter,
     SilentReporter,
 )
-from trt_routes.tune.trials import HostBusy, JobFailed, TrialRunner, to_record
+from trt_routes.tune.trials import HostBusy, JobFailed, TrialRunner, statistics_ready, to_record
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "EXIT_WORK", "Applier", "ApplyOptions",
            "ApplyResult", "Halt", "JobOutcome", "Phase", "Reporter", "SilentReporter", "apply", "compute_plan",
@@ -223,6 +223,7 @@ class Applier(TrialRunner):
             if not any(t.job.reference_key == job.reference_key and t.phase is Phase.REFERENCE for t in active):
                 tuning.ref_ticket = self.executor.submit(self.reference_task(job), job.measurement.timeout_s)
                 tuning.ref_submitted = time.perf_counter()
+        statistics_ready()  # while the reference runs, before the first trial does
         return tuning
 
     def take_reference(self, tuning: _Tuning, result: TaskResult, active: list[_Tuning]) -> None:

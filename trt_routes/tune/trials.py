@@ -8,7 +8,6 @@ from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
 from trt_routes.jobs import Job
-from trt_routes.measure import timing_stats
 from trt_routes.noise import Pooled, busy_reason
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
@@ -24,9 +23,18 @@ class HostBusy(JobFailed):
     """``measurement.busy: refuse`` and a trial was timed on a busy host: it is not kept, the job fails."""
 
 
+def statistics_ready() -> None:
+    """Import the trials' statistics (``trt_routes.measure``: numpy, ~40 ms) now, if not yet. Commands that
+    measure nothing do without numpy; apply calls this after submitting a job's reference run (which runs
+    meanwhile) and before any trial, whose timing a 40 ms import on the same cores would disturb."""
+    import trt_routes.measure  # noqa: F401
+
+
 def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
     # summarized here rather than in the worker: with the next trial queued behind this one, the worker is
     # already building it while the coordinator does this
+    from trt_routes.measure import timing_stats  # numpy: imported already (``statistics_ready``)
+
     stats = timing_stats(result.samples, seed=job.measurement.seed,
                          block=job.measurement.iterations) if result.samples and result.status == "ok" else None
     return TrialRecord(
