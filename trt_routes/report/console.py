@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,8 +16,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from trt_routes.audit.explain import Explanation
-from trt_routes.audit.status import JobStatus
 from trt_routes.cache.store import TrialRecord
 from trt_routes.catalog import Catalog
 from trt_routes.jobs import Job
@@ -27,6 +25,10 @@ from trt_routes.report.progress import EtaColumn, TrialClock, clock_text
 from trt_routes.routes import describe
 from trt_routes.selection.rank import gate
 from trt_routes.tune.outcome import ApplyResult, JobOutcome
+
+if TYPE_CHECKING:  # annotations only: plan and apply render without importing explain and status (~60 ms)
+    from trt_routes.audit.explain import Explanation
+    from trt_routes.audit.status import JobStatus
 
 ACTION_STYLE = {"up-to-date": "green", "tune": "yellow", "reselect": "cyan", "materialize": "cyan",
                 "blocked": "red", "skipped": "dim"}
