@@ -9,6 +9,8 @@ as Inductor's autotuning switches declare theirs) and changes nothing: budget te
 executor) the first time any trial uses it, then builds normally: a worker dying mid-trial. It needs
 TRT_ROUTES_FAULT_MARKER (a file path that records the first attempt).
 
+With TRT_ROUTES_FAULT_LOADS (a file path), every ``load`` appends a line to that file.
+
 With TRT_ROUTES_FAULT_GATES (a folder), every build first touches ``<folder>/<model stem>.started``;
 when ``<folder>/<model stem>.waitfor`` exists, the build then waits (up to a minute) until the file it
 names (in that folder) appears: tests order events across workers with files, not sleeps.
@@ -146,6 +148,10 @@ class FaultBackend(OnnxRuntimeBackend):
         return super().build(inner, engine_path)
 
     def load(self, engine_path: Path, spec: BuildSpec) -> Any:
+        loads = os.environ.get("TRT_ROUTES_FAULT_LOADS")
+        if loads:  # one line per engine loaded (tests count what a side-by-side re-measurement loads)
+            with open(loads, "a", encoding="utf-8") as fh:
+                fh.write(f"{os.getpid()} {spec.route.get('-sleep_ms', '4')}\n")
         sleep_ms = int(spec.route.get("-sleep_ms", "4"))
         inner, fault = self._split(spec)
         return FaultyRunner(super().load(engine_path, inner), fault, sleep_ms,

@@ -130,6 +130,11 @@ class Backend(ABC):
     #: True when building the same route on the same signature gives the same engine bytes, so
     #: ``apply --frozen`` can verify a rebuild by digest (TensorRT engines are not bit-reproducible).
     reproducible_engines: ClassVar[bool] = False
+    #: True when a loaded engine keeps taking CPU after its runs (ONNX Runtime's intra-op threads spin for
+    #: tens of milliseconds), so engines kept loaded side by side slow each other: the side-by-side
+    #: re-measurement then loads each turn's engine afresh and releases it after the turn
+    #: (``trt_routes.execute.remeasure``).
+    reload_each_turn: ClassVar[bool] = False
 
     def engine_identity(self, engine: Path) -> str | None:
         """What every build of one route on one signature shares, where the engine bytes do not (ONNX

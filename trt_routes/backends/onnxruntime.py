@@ -293,6 +293,10 @@ class OnnxRuntimeBackend(Backend):
     #: the optimized model is a pure function of model + route in structure, though not in bytes: the
     #: NchwcTransformer names the nodes it inserts from a counter, so frozen compares ``engine_identity``
     reproducible_engines: ClassVar[bool] = True
+    #: sessions kept loaded side by side interfere: after a run, a session's intra-op threads spin and keep a
+    #: core busy, so on a 2-core host the next session's two-thread runs took one thread's time in some turns
+    #: (paired ratios of equal routes 0.5, 1 or 2); one session loaded per turn measured them at 1.00
+    reload_each_turn: ClassVar[bool] = True
 
     def engine_identity(self, engine: Path) -> str | None:
         from trt_routes.backends.onnx_identity import model_identity

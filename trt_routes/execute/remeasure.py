@@ -1,8 +1,15 @@
-"""Side-by-side re-measurement in one worker: every engine loaded once, then timed slot by slot in the
-given interleaved order (A B A C A ...), so drift and neighbours' load hit every route alike.
+"""Side-by-side re-measurement in one worker: every engine loaded (once, or afresh for each turn: see
+below), then timed slot by slot in the given interleaved order (A B A C A ...), so drift and neighbours'
+load hit every route alike.
 
 With ``task.stopping`` the schedule is sequential (``trt_routes.selection.confirm.run_sequential``): a
 challenger leaves the rotation once decided, and the task ends when all are.
+
+A backend whose loaded engines keep taking CPU after their runs (``Backend.reload_each_turn``: ONNX Runtime's
+intra-op threads spin on) would have the engines slow each other when kept loaded side by side: each turn then
+loads its engine afresh, warms it up (``RELOAD_WARMUP`` runs) and releases it, so one engine is loaded while
+it is timed, as in its trial. The engines are loaded once first all the same, for their warm-up until settled
+and the turns' sizing.
 
 Returns the slot medians in order (``meta["slots"]``) with the noise context; see ``trt_routes.selection.confirm``."""
 
@@ -17,20 +24,24 @@ from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.execute.protocol import NoiseContext, settle
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
-from trt_routes.selection.confirm import PILOT_RUNS, run_sequential, turn_runs, turn_size, turn_value
+from trt_routes.selection.confirm import (
+    PILOT_RUNS,
+    TURNS_RELOAD,
+    run_sequential,
+    turn_runs,
+    turn_size,
+    turn_value,
+)
+
+#: Untimed runs of an engine loaded afresh for its turn (``Backend.reload_each_turn``) before the timed ones:
+#: its first run allocates; on the quickstart's models one run was enough for the turn to time as a kept
+#: session's (ratios of equal routes 0.995-1.005).
+RELOAD_WARMUP = 2
 
 
-def run_remeasure(task: RemeasureTask) -> TaskResult:
-    store = BlobStore(Path(task.store_root))
-    backend = registry.get(task.backend)
-    feeds = store.get_arrays(task.inputs_sha)
-    t0 = time.perf_counter()
-    runners = {}
-    for route, spec, sha in task.engines:
-        if not store.has(sha):
-            return TaskResult(status="crashed", error=f"engine {sha[:12]} of route '{route}' is not in the store")
-        runners[route] = backend.load(store.path(sha), spec)
-    noise = NoiseContext(task.spec.target)
+def _warm_and_size(task: RemeasureTask, runners: dict[str, Any], feeds: Any) -> tuple[dict[str, Any], int]:
+    """Each engine's warm-up (fixed, then until settled), then the turns' runs: ``task.iterations``, or sized
+    from a pilot of the baseline's (``confirm.turn_size``). No runner outlives this call but in ``runners``."""
     warm: dict[str, Any] = {}
     for route, runner in runners.items():
         if task.warmup:
@@ -45,11 +56,34 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
             pilot += first.time(feeds, 0, PILOT_RUNS - 5, 1)  # enough runs to see the spread, cheaply
         iterations = turn_size(pilot, iterations, task.slot_ms, task.max_slot_ms, task.turn_target,
                                task.turn_spread)
+    return warm, iterations
+
+
+def run_remeasure(task: RemeasureTask) -> TaskResult:
+    store = BlobStore(Path(task.store_root))
+    backend = registry.get(task.backend)
+    feeds = store.get_arrays(task.inputs_sha)
+    t0 = time.perf_counter()
+    runners = {}
+    engines = {}
+    for route, spec, sha in task.engines:
+        if not store.has(sha):
+            return TaskResult(status="crashed", error=f"engine {sha[:12]} of route '{route}' is not in the store")
+        engines[route] = (store.path(sha), spec)
+        runners[route] = backend.load(store.path(sha), spec)
+    noise = NoiseContext(task.spec.target)
+    warm, iterations = _warm_and_size(task, runners, feeds)
     slots: list[list[Any]] = []
     samples: dict[str, list[float]] = {route: [] for route in runners}
+    fresh = backend.reload_each_turn
+    if fresh:
+        runners.clear()  # released before the first turn: each turn loads its own
 
     def turn(route: str, _round: int = 0) -> float:
-        got = runners[route].time(feeds, 0, iterations, 1)
+        if fresh:
+            got = backend.load(*engines[route]).time(feeds, RELOAD_WARMUP, iterations, 1)  # released on return
+        else:
+            got = runners[route].time(feeds, 0, iterations, 1)
         slots.append([route, float(f"{turn_value(got, task.statistic):.6g}")])
         if task.keep_samples:
             samples[route] += [float(f"{s:.6g}") for s in got]
@@ -62,6 +96,8 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
         for route in task.order:
             turn(route)
     meta: dict[str, Any] = {"slots": slots, "slot_iterations": iterations, "warmup": warm, **noise.finish()}
+    if fresh:
+        meta["turns"] = TURNS_RELOAD
     if task.keep_samples:
         meta["samples"] = samples
     return TaskResult(status="ok", meta=meta, measure_s=time.perf_counter() - t0)

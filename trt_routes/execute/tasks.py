@@ -103,7 +103,8 @@ def healthy(result: TaskResult) -> bool:
 
 @dataclass(frozen=True)
 class RemeasureTask:
-    """Load already-built engines once and time them interleaved in ``order`` (route names, repeating),
+    """Load already-built engines (once, or for each turn: ``Backend.reload_each_turn``) and time them
+    interleaved in ``order`` (route names, repeating),
     ``iterations`` timed runs per slot, each engine warmed up (fixed, then until settled) first.
 
     ``spec`` is the first route's BuildSpec (executors read the target device from it)."""

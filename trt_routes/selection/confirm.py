@@ -381,15 +381,20 @@ class Request:
 #: The re-measurement's design, part of its cache key: "sequential-1" slots stop as ``Stopping`` decides,
 #: so they are not the fixed-length rounds of earlier versions (which read them under other keys).
 DESIGN = "sequential-1"
+#: The turns' engines were loaded afresh for each turn (``Backend.reload_each_turn``: ONNX Runtime), not kept
+#: loaded side by side; part of the key, so records measured with kept sessions (which slowed each other on
+#: small hosts) are not read as these.
+TURNS_RELOAD = "reload-1"
 
 
 def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], settings: Confirm,
-                  rule: bool = False, statistic: str = "p50") -> str:
+                  rule: bool = False, statistic: str = "p50", turns: str = "") -> str:
     """Cache key of a re-measurement: the job group, the routes and the re-measurement protocol. Not the
     margin or confidence: a stored record is reused under another rule wherever it decides every challenger
     under that rule too (``decides``; each challenger's ratios are a sequence any stopping rule may read).
     ``rule``: the key of a record measured because the rule-free one did not decide under this rule (then
-    margin, confidence and the error cap are part of it)."""
+    margin, confidence and the error cap are part of it). ``turns``: ``TURNS_RELOAD`` for a backend whose
+    turns load their engine afresh (keys of other backends read as before)."""
     protocol: dict[str, Any] = {"rounds": settings.rounds, "iterations": settings.iterations,
                                 "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION, "design": DESIGN}
     if settings.max_slot_ms > 0:  # turns sized to the noise (sizing off: keys read as before it)
@@ -398,6 +403,8 @@ def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], set
         protocol.update(margin=settings.margin, confidence=settings.confidence, error_cap=ERROR_CAP)
     if statistic != "p50":  # a tail objective's turns are quantiles of more runs (median keys read as before)
         protocol.update(statistic=statistic, turn_runs=turn_runs(statistic, settings.iterations))
+    if turns:
+        protocol.update(turns=turns)
     return canonical.digest([group_key, baseline, sorted(challengers), protocol], 32)
 
 

@@ -10,13 +10,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from trt_routes.backends import registry
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.errors import BackendUnavailable, UsageError
 from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
-from trt_routes.selection.confirm import Remeasurement, Request, decides, remeasure_key, resolve, statistic_of
+from trt_routes.selection.confirm import (
+    TURNS_RELOAD,
+    Remeasurement,
+    Request,
+    decides,
+    remeasure_key,
+    resolve,
+    statistic_of,
+)
 from trt_routes.selection.rank import LossLookup, Selection, select
 
 
@@ -41,24 +51,34 @@ def _statistic(job: Job) -> str | None:
     return statistic_of(job.objective.rank if job.objective else None)
 
 
+def confirm_turns(job: Job) -> str:
+    """How ``job``'s side-by-side turns load their engines: ``confirm.TURNS_RELOAD`` where its backend loads
+    each turn's engine afresh (``Backend.reload_each_turn``), else "" (part of the re-measurement key)."""
+    try:
+        return TURNS_RELOAD if registry.get(job.backend).reload_each_turn else ""
+    except (BackendUnavailable, UsageError):  # no backend, no re-measurement of it either
+        return ""
+
+
 def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
     """The lookup ``confirm.resolve`` takes: re-measurements of this job group from the cache. The rule-free
     record first (whatever margin and confidence it was measured under), when it decides under this rule;
     else the one measured for this rule (``remeasure_key(rule=True)``)."""
     settings = job.strategy.confirm
     statistic = confirm_statistic(job)
+    turns = confirm_turns(job)
 
     def lookup(baseline: str, challengers: tuple[str, ...]) -> Remeasurement | None:
         if settings is None:
             return None
         data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
-                                                        statistic=statistic))
+                                                        statistic=statistic, turns=turns))
         if data is not None:
             m = Remeasurement.from_json(data)
             if decides(m, settings):
                 return m  # measured under another margin or confidence, and it decides under this one too
         data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings, rule=True,
-                                                        statistic=statistic))
+                                                        statistic=statistic, turns=turns))
         return Remeasurement.from_json(data) if data is not None else None
 
     return lookup

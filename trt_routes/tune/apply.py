@@ -37,7 +37,7 @@ from trt_routes.selection.confirm import (
     spread_of,
     turn_target,
 )
-from trt_routes.selection.final import confirm_statistic, final_selection, select_for_job
+from trt_routes.selection.final import confirm_statistic, confirm_turns, final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
 from trt_routes.share.remote import fetch_blob
 from trt_routes.tune.locking import LockWriter
@@ -359,11 +359,12 @@ class Applier(TrialRunner):
         meta = {k: v for k, v in result.meta.items() if k != "slots"}
         m = Remeasurement(request.baseline, request.challengers,
                           tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
-        statistic = confirm_statistic(job)
-        key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, statistic=statistic)
+        statistic, turns = confirm_statistic(job), confirm_turns(job)
+        key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, statistic=statistic,
+                            turns=turns)
         if facts.remeasurement(self.cache, key) is not None:  # stored under another rule, undecided under this
             key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, rule=True,
-                                statistic=statistic)
+                                statistic=statistic, turns=turns)
         facts.add_remeasurement(self.cache, key, job.group_key, job.name, m.to_json())
         if not tuning.requests and tuning.halt is not Halt.CUT:
             self.next_confirmation_round(tuning)
