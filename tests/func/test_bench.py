@@ -294,3 +294,15 @@ def test_gpu_speedup_resume_keeps_the_shards_an_earlier_call_left(tmp_path: Path
     assert "-freezing=[0|1]\n" not in (folders[0] / "tuning.yaml").read_text()  # the shard's manifest as it was
     fresh = prepare(recipe, work, shards, {}, {}, {})
     assert fresh == folders and not (folders[0] / "caches").exists() and not (folders[0] / "tuning.lock").exists()
+
+
+def test_side_by_side_prints_both_variants_and_its_last_line(tmp_path: Path) -> None:
+    """Kept sessions against one session loaded per turn, on A/A engines of the quickstart (the numbers are
+    the benchmark's, recorded in RESULTS.md; here only that it runs and reports both)."""
+    out = bench("side_by_side.py", "--rounds", "3", "--repeats", "1", "--iterations", "5", cwd=tmp_path)
+    assert re.search(r"^\| kept \| ", out, re.M) and re.search(r"^\| reload \| ", out, re.M), out
+    last = re.fullmatch(r"kept_off=(\S+) reload_off=(\S+) one_thread_alone=(\S+) one_thread_reload=(\S+) "
+                        r"one_thread_kept=(\S+)", out.strip().splitlines()[-1])
+    assert last, out
+    kept_off, reload_off, *ratios = (float(v) for v in last.groups())
+    assert 0 <= kept_off <= 1 and 0 <= reload_off <= 1 and all(r > 0 for r in ratios), last.groups()
