@@ -23,8 +23,9 @@ def test_group_trials_match_the_decoded_group_and_decode_only_what_is_read(tmp_p
     with CacheStore(tmp_path / "c.sqlite") as cache:
         cache.add_trials([rec(i, cos=1.0 if i == 2 else 0.0) for i in range(5)] + [rec(1, group="other")], {})
         lazy = GroupTrials(cache, "g")
-        assert set(lazy.rows) == {"", "-k=1", "-k=2", "-k=3", "-k=4"} and not lazy.decoded
+        assert lazy.routes == {"", "-k=1", "-k=2", "-k=3", "-k=4"} and not lazy.decoded
         assert "-k=3" in lazy and "-k=9" not in lazy and set(lazy.decoded) == {"-k=3"}
+        assert lazy.rows is None  # a read fetched one row, not the group
         assert lazy.get("-k=9") is None
         full = cache.group("g", light=True)
         assert dict(lazy) == full  # every trial as the eager, light decoding gives it
@@ -41,3 +42,17 @@ def test_a_corrupt_row_reads_as_missing_with_a_warning(tmp_path: Path) -> None:
         lazy = GroupTrials(cache, "g")
         assert "-k=1" not in lazy and list(lazy) == [""]
         assert any("corrupt trial row" in w for w in cache.warnings)
+
+
+def test_a_row_deleted_after_the_listing_reads_as_missing_even_if_its_rowid_is_reused(tmp_path: Path) -> None:
+    """Rows are fetched by rowid when read: one deleted since the group was listed is gone, and a rowid that
+    SQLite gave to another trial since (it reuses the largest one) is not read as this route's."""
+    with CacheStore(tmp_path / "c.sqlite") as cache:
+        cache.add_trials([rec(0), rec(1)], {})
+        lazy = GroupTrials(cache, "g")
+        with cache.db.conn:
+            cache.db.execute("DELETE FROM trials WHERE route = '-k=1'")
+        cache.add_trials([rec(7, group="other")], {})  # takes the freed largest rowid
+        assert cache.db.execute("SELECT group_key FROM trials WHERE rowid = ?", [lazy.rowids["-k=1"]]).fetchone() \
+            == ("other",)
+        assert "-k=1" not in lazy and lazy.get("-k=1") is None and "" in lazy

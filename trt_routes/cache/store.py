@@ -275,6 +275,20 @@ class CacheStore:
         return names, {row[at]: row for row in cur.fetchall()}
 
     @_guarded
+    def group_rowids(self, group_key: str) -> dict[str, int]:
+        """Route -> rowid of one job group's trials (one indexed SELECT, nothing decoded): for a reader that
+        fetches only the few rows it reads (``light_row``)."""
+        return {r[0]: r[1] for r in self.db.execute("SELECT route, rowid FROM trials WHERE group_key = ?",
+                                                    [group_key])}
+
+    @_guarded
+    def light_row(self, rowid: int) -> tuple[list[str], tuple[Any, ...]] | None:
+        """One trial's light row by rowid, not decoded: (column names, values); None if it is gone."""
+        cur = self.db.execute(f"SELECT {LIGHT_COLUMNS} FROM trials WHERE rowid = ?", [rowid])
+        row = cur.fetchone()
+        return ([d[0] for d in cur.description], row) if row is not None else None
+
+    @_guarded
     def routes(self, group_key: str) -> set[str]:
         """Routes with a trial in one job group (no row decoding: the cheap check plan needs)."""
         return {r[0] for r in self.db.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}

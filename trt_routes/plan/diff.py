@@ -68,21 +68,38 @@ class Plan:
 
 
 class GroupTrials(Mapping[str, TrialRecord]):
-    """One job group's trials by route, each row decoded only when read (a dynamic search replayed over a
-    full cache reads a few dozen of its hundreds of routes). Membership and length need no decoding."""
+    """One job group's trials by route, each row fetched and decoded only when read (a dynamic search
+    replayed over a full cache reads a few dozen of its hundreds of routes). Membership of a route name
+    (``routes``) needs no row; iterating fetches the whole group once, in one query."""
 
     def __init__(self, cache: CacheStore, group_key: str) -> None:
-        self.cache = cache
-        self.names, self.rows = cache.group_rows(group_key)
+        self.cache, self.group_key = cache, group_key
+        self.rowids = cache.group_rowids(group_key)
+        self.rows: dict[str, tuple[Any, ...]] | None = None  # the whole group, once something iterates
+        self.names: list[str] = []
         self.decoded: dict[str, TrialRecord | None] = {}
+
+    @property
+    def routes(self) -> set[str]:
+        return set(self.rowids)
+
+    def _row(self, route: str) -> dict[str, Any] | None:
+        if self.rows is not None:
+            values = self.rows.get(route)
+            return dict(zip(self.names, values, strict=True)) if values is not None else None
+        got = self.cache.light_row(self.rowids[route])  # KeyError: no such route
+        row = dict(zip(got[0], got[1], strict=True)) if got is not None else None
+        if row is None or row.get("route") != route or row.get("group_key") != self.group_key:
+            return None  # deleted since it was listed (its rowid perhaps reused by another trial): gone
+        return row
 
     def __getitem__(self, route: str) -> TrialRecord:
         if route not in self.decoded:
-            row = dict(zip(self.names, self.rows[route], strict=True))  # KeyError: no such route
+            row = self._row(route)
             try:
-                self.decoded[route] = TrialRecord.from_row(row)
+                self.decoded[route] = TrialRecord.from_row(row) if row is not None else None
             except (ValueError, TypeError) as exc:
-                self.cache.warnings.append(f"corrupt trial row {row.get('id', '?')} skipped: {exc}")
+                self.cache.warnings.append(f"corrupt trial row {row.get('id', '?')} skipped: {exc}")  # type: ignore[union-attr]
                 self.decoded[route] = None
         trial = self.decoded[route]
         if trial is None:
@@ -90,7 +107,7 @@ class GroupTrials(Mapping[str, TrialRecord]):
         return trial
 
     def __contains__(self, route: object) -> bool:
-        if route not in self.rows:
+        if route not in self.rowids:
             return False
         try:
             self[route]  # type: ignore[index]
@@ -99,6 +116,8 @@ class GroupTrials(Mapping[str, TrialRecord]):
         return True
 
     def __iter__(self) -> Iterator[str]:
+        if self.rows is None:
+            self.names, self.rows = self.cache.group_rows(self.group_key)
         return (r for r in self.rows if r in self)
 
     def __len__(self) -> int:
@@ -208,7 +227,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     # whole group); a static one may need only the routes (one indexed SELECT route)
     lazy = None if cached_search(job.strategy.mode, job.expression, job.catalog).static else \
         GroupTrials(cache, job.group_key)
-    routes = cache.routes(job.group_key) if lazy is None else set(lazy.rows)
+    routes = cache.routes(job.group_key) if lazy is None else lazy.routes
     search = job_search(job, cache, routes, winners=winners)
     entry = lock.jobs.get(job.name)
     if search.static and entry is not None and _keys_match(job, entry):
@@ -231,7 +250,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
         elif (latest := cache.latest_for_job(job.name)) is not None and latest.group_key != job.group_key:
             reasons = stale_reasons(job, latest.__dict__, cache.signature_fields(latest.signature))
         if not reasons:
-            if entry is None and not trials.rows:
+            if entry is None and not trials.rowids:
                 reasons.append("new job: never tuned")
             else:
                 shown = ", ".join(describe(r) for r in batch[:4]) + (", ..." if len(batch) > 4 else "")
