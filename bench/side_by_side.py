@@ -39,7 +39,7 @@ from trt_routes.execute.remeasure import run_remeasure  # noqa: E402
 from trt_routes.execute.tasks import RemeasureTask  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.routes import parse_route  # noqa: E402
-from trt_routes.selection.confirm import Remeasurement, schedule  # noqa: E402
+from trt_routes.selection import Remeasurement, schedule  # noqa: E402
 
 
 class KeptSessions(OnnxRuntimeBackend):

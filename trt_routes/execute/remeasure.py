@@ -15,6 +15,8 @@ Returns the slot medians in order (``meta["slots"]``) with the noise context; se
 
 from __future__ import annotations
 
+__all__ = ["RELOAD_WARMUP", "run_remeasure"]
+
 import statistics
 import time
 from pathlib import Path
