@@ -53,7 +53,7 @@ os.environ["TRT_ROUTES_BACKENDS"] = f"{KeptSessions.name}=side_by_side:KeptSessi
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def engines(job_name: str, routes: dict[str, str], work: Path) -> tuple[BlobStore, dict[str, Any], str, Any]:
+def engines(job_name: str, routes: dict[str, str], work: Path) -> tuple[BlobStore, dict[str, Any], str]:
     """Build each distinct route of ``routes`` (label -> route) once into a blob store; the reference inputs."""
     import numpy as np
 
@@ -73,7 +73,7 @@ def engines(job_name: str, routes: dict[str, str], work: Path) -> tuple[BlobStor
     rng = np.random.default_rng(0)
     feeds = {name: rng.random(tuple(dims["opt"]), dtype=np.float32) for name, dims in
              job.build_spec(parse_route("")).profile.items()}
-    return store, out, store.put_arrays(feeds), job
+    return store, out, store.put_arrays(feeds)
 
 
 def remeasure(backend: str, store: BlobStore, built: dict[str, Any], inputs: str, rounds: int,
@@ -108,8 +108,8 @@ def main() -> None:
     print(f"# bench/side_by_side.py ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {job}, "
           f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.2f})")
     with tempfile.TemporaryDirectory() as tmp:
-        store, aa, inputs, _ = engines(job, {"A": "", "B": "", "C": "", "D": ""}, Path(tmp) / "aa")
-        store2, diff, inputs2, _ = engines(job, {"default": "", "one-thread": "-intra_op_num_threads=1"},
+        store, aa, inputs = engines(job, {"A": "", "B": "", "C": "", "D": ""}, Path(tmp) / "aa")
+        store2, diff, inputs2 = engines(job, {"default": "", "one-thread": "-intra_op_num_threads=1"},
                                            Path(tmp) / "diff")
         runs: dict[str, list[Remeasurement]] = {"kept": [], "reload": []}
         pairs: dict[str, list[Remeasurement]] = {"kept": [], "reload": []}

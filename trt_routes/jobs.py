@@ -71,6 +71,9 @@ class Job:
     signature: Signature | None = None
     catalog: Catalog | None = None
     reference_version: str = ""
+    #: the backend's ``reload_each_turn``: its side-by-side turns load their engine afresh (the re-measurement
+    #: key says so, ``selection.final.confirm_turns``)
+    reload_each_turn: bool = False
     blocked: str | None = None
     block_kind: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -184,6 +187,7 @@ class Resolver:
         self.env = env
         self._digests: dict[Path, str] = {}
         self._backends: dict[str, Backend | BackendUnavailable | UsageError] = {}
+        self._reloads: dict[str, bool] = {}  # Backend.reload_each_turn, also of a backend unusable here
         self._expressions: dict[tuple[str, str], Expression] = {}
         self._entry_digests: dict[tuple[str, str, str], tuple[str | None, str]] = {}
         self._model_files: dict[Path, ModelFiles] = {}
@@ -192,6 +196,7 @@ class Resolver:
         if name not in self._backends:
             try:
                 backend = registry.get(name)
+                self._reloads[name] = backend.reload_each_turn
                 reason = backend.unavailable_reason()
                 self._backends[name] = (
                     BackendUnavailable(reason, backend.install_hint) if reason else backend)
@@ -407,6 +412,7 @@ class Resolver:
                                      "target": tname},  # "name" is the GPU pattern once dumped
                         signature=signature, catalog=catalog,
                         reference_version=backend.reference_version() if isinstance(backend, Backend) else "",
+                        reload_each_turn=self._reloads.get(eff.backend, False),
                         blocked=blocked, block_kind=kind, entry=model.entry or "",
                         baseline=baseline, baseline_source=baseline_source,
                         baseline_choices=choices if many else (),

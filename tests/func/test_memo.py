@@ -157,3 +157,25 @@ def test_only_apply_writes_the_memo_and_plan_then_imports_neither(
     plan = json.loads("\n".join(proc.stdout.splitlines()[:-1]))
     assert {j["action"] for j in plan["jobs"]} == {"tune"}
     assert memo.MEMO_VAR == "TRT_ROUTES_MEMO"
+
+
+def test_the_memo_lives_in_the_users_cache_folder_and_off_turns_it_off(
+        tmp_path: Path, tiny_models: dict[str, Path], monkeypatch: Any) -> None:
+    """README: ``$XDG_CACHE_HOME/trt-routes/memo``, else ``~/.cache/trt-routes/memo``; ``TRT_ROUTES_MEMO=DIR``
+    moves it, ``=off`` turns it off (nothing written, everything probed again)."""
+    monkeypatch.delenv("TRT_ROUTES_MEMO", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert memo.folder() == tmp_path / "xdg" / "trt-routes" / "memo"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert memo.folder() == tmp_path / "home" / ".cache" / "trt-routes" / "memo"
+    monkeypatch.setenv("TRT_ROUTES_MEMO", str(tmp_path / "moved"))
+    assert memo.folder() == tmp_path / "moved"
+    monkeypatch.setenv("TRT_ROUTES_MEMO", "off")
+    assert memo.folder() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # saved, then again: with the memo off the second process probes as the first did
+        got = probe(tiny_models["resnet_like"], Path("off"), save=True)
+        assert got["imported"] == ["onnx", "onnxruntime"]
+    assert not list(tmp_path.rglob("*.json"))  # nothing written anywhere (nor a folder named "off")

@@ -266,15 +266,6 @@ class CacheStore:
         return {t.route: t for t in self._records(rows)}
 
     @_guarded
-    def group_rows(self, group_key: str) -> tuple[list[str], dict[str, tuple[Any, ...]]]:
-        """The light rows of one job group, not decoded: (column names, route -> values). For a reader that
-        looks at a few of them (a no-op plan of a dynamic search); ``TrialRecord.from_row`` decodes one."""
-        cur = self.db.execute(f"SELECT {LIGHT_COLUMNS} FROM trials WHERE group_key = ?", [group_key])
-        names = [d[0] for d in cur.description]
-        at = names.index("route")
-        return names, {row[at]: row for row in cur.fetchall()}
-
-    @_guarded
     def group_rowids(self, group_key: str) -> dict[str, int]:
         """Route -> rowid of one job group's trials (one indexed SELECT, nothing decoded): for a reader that
         fetches only the few rows it reads (``light_row``)."""

@@ -70,37 +70,31 @@ class Plan:
 class GroupTrials(Mapping[str, TrialRecord]):
     """One job group's trials by route, each row fetched and decoded only when read (a dynamic search
     replayed over a full cache reads a few dozen of its hundreds of routes). Membership of a route name
-    (``routes``) needs no row; iterating fetches the whole group once, in one query."""
+    (``routes``) needs no row."""
 
     def __init__(self, cache: CacheStore, group_key: str) -> None:
         self.cache, self.group_key = cache, group_key
         self.rowids = cache.group_rowids(group_key)
-        self.rows: dict[str, tuple[Any, ...]] | None = None  # the whole group, once something iterates
-        self.names: list[str] = []
         self.decoded: dict[str, TrialRecord | None] = {}
 
     @property
     def routes(self) -> set[str]:
         return set(self.rowids)
 
-    def _row(self, route: str) -> dict[str, Any] | None:
-        if self.rows is not None:
-            values = self.rows.get(route)
-            return dict(zip(self.names, values, strict=True)) if values is not None else None
+    def _decode(self, route: str) -> TrialRecord | None:
         got = self.cache.light_row(self.rowids[route])  # KeyError: no such route
         row = dict(zip(got[0], got[1], strict=True)) if got is not None else None
         if row is None or row.get("route") != route or row.get("group_key") != self.group_key:
             return None  # deleted since it was listed (its rowid perhaps reused by another trial): gone
-        return row
+        try:
+            return TrialRecord.from_row(row)
+        except (ValueError, TypeError) as exc:
+            self.cache.warnings.append(f"corrupt trial row {row.get('id', '?')} skipped: {exc}")
+            return None
 
     def __getitem__(self, route: str) -> TrialRecord:
         if route not in self.decoded:
-            row = self._row(route)
-            try:
-                self.decoded[route] = TrialRecord.from_row(row) if row is not None else None
-            except (ValueError, TypeError) as exc:
-                self.cache.warnings.append(f"corrupt trial row {row.get('id', '?')} skipped: {exc}")  # type: ignore[union-attr]
-                self.decoded[route] = None
+            self.decoded[route] = self._decode(route)
         trial = self.decoded[route]
         if trial is None:
             raise KeyError(route)
@@ -116,9 +110,7 @@ class GroupTrials(Mapping[str, TrialRecord]):
         return True
 
     def __iter__(self) -> Iterator[str]:
-        if self.rows is None:
-            self.names, self.rows = self.cache.group_rows(self.group_key)
-        return (r for r in self.rows if r in self)
+        return (r for r in list(self.rowids) if r in self)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

@@ -10,10 +10,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from trt_routes.backends import registry
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.errors import BackendUnavailable, UsageError
 from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
@@ -54,10 +52,7 @@ def _statistic(job: Job) -> str | None:
 def confirm_turns(job: Job) -> str:
     """How ``job``'s side-by-side turns load their engines: ``confirm.TURNS_RELOAD`` where its backend loads
     each turn's engine afresh (``Backend.reload_each_turn``), else "" (part of the re-measurement key)."""
-    try:
-        return TURNS_RELOAD if registry.get(job.backend).reload_each_turn else ""
-    except (BackendUnavailable, UsageError):  # no backend, no re-measurement of it either
-        return ""
+    return TURNS_RELOAD if job.reload_each_turn else ""
 
 
 def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]

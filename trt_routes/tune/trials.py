@@ -33,7 +33,7 @@ def statistics_ready() -> None:
 def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
     # summarized here rather than in the worker: with the next trial queued behind this one, the worker is
     # already building it while the coordinator does this
-    from trt_routes.measure import timing_stats  # numpy: imported already (``statistics_ready``)
+    from trt_routes.measure import timing_stats  # numpy (apply has imported it: ``statistics_ready``)
 
     stats = timing_stats(result.samples, seed=job.measurement.seed,
                          block=job.measurement.iterations) if result.samples and result.status == "ok" else None
