@@ -31,6 +31,10 @@ def test_tool_time_tiny_last_line_parses_with_finite_positive_numbers(tmp_path: 
     # shares of apply's wall time: 0 is possible (no challenger beat the default, so nothing was confirmed)
     assert 0 <= confirm_share <= 1 and 0 <= outside <= 1, values
     assert "re-measurements (confirmation)" in proc.stdout and "bare loop over the same routes" in proc.stdout
-    cli = re.search(r"as commands in fresh processes: plan (\S+) s, apply (\S+) s", proc.stdout)
-    assert cli, proc.stdout[-2000:]  # the no-op commands as a user runs them, interpreter and imports included
-    assert all(math.isfinite(float(v)) and float(v) > 0 for v in cli.groups()), cli.groups()
+    for command in ("plan", "apply"):  # as a user runs them, interpreter and imports included, and the baseline
+        cli = re.search(rf"^  {command} +(\S+) s; every plan derived in full \(TRT_ROUTES_SETTLED=off\) (\S+) s: "
+                        rf"(\S+)x$", proc.stdout, re.MULTILINE)
+        assert cli, proc.stdout[-2000:]
+        fast, full, ratio = (float(v) for v in cli.groups())
+        assert fast > 0 and full > 0 and abs(ratio - full / fast) < 0.01, cli.groups()
+        assert f"noop_{command}_adaptive_s={fast:.2f}" in lines[-1]  # the last line reports the commands

@@ -48,6 +48,67 @@ def test_newer_cache_schema_is_refused(tmp_path: Path) -> None:
         CacheStore(path)
 
 
+def test_an_older_cache_gains_change_counters_that_every_writer_bumps(tmp_path: Path) -> None:
+    """Schema 4 (plan.settled): a cache of schema 3 with trials in it is migrated in place; from then on the
+    triggers count each insert, update and delete of a group's trials, re-measurements and search state,
+    made through trt-routes or past it."""
+    import sqlite_utils
+
+    from trt_routes.cache.schema import MIGRATIONS
+
+    path = tmp_path / "c.sqlite"
+    db = sqlite_utils.Database(path)
+    for step in MIGRATIONS[:3]:
+        step(db)
+    db.execute("PRAGMA user_version = 3")
+    db["trials"].insert(rec(1).to_row())
+    db.conn.commit()
+    db.close()
+    with CacheStore(path) as cache:
+        assert cache.group_versions(["g", "other"]) == {"g": 0, "other": 0}  # counting starts now
+        cache.add_trial(rec(2))
+        assert cache.group_versions(["g"]) == {"g": 1}
+        conn = cache.db.conn
+        with conn:
+            conn.execute("UPDATE trials SET median_ms = 9 WHERE id = 't1'")
+            conn.execute("UPDATE trials SET group_key = 'other' WHERE id = 't2'")  # counts for both groups
+            conn.execute("INSERT INTO remeasurements (key, group_key, baseline, challengers, data) "
+                         "VALUES ('k', 'g', '', '[]', '{}')")
+            conn.execute("INSERT INTO searches (group_key, strategy_key, state) VALUES ('g', 's', 'done')")
+            conn.execute("UPDATE searches SET builds = 3 WHERE group_key = 'g'")
+            conn.execute("DELETE FROM remeasurements WHERE key = 'k'")
+        assert cache.group_versions(["g", "other"]) == {"g": 9, "other": 1}  # an update counts old and new rows
+        cache.delete_trials(["t2"])
+        assert cache.group_versions(["other"]) == {"other": 2}
+        cache.put_settled([("fp1", "m/s/cpu", {"reused": 1, "candidates": [""]})])
+        cache.put_settled([("fp2", "m/s/cpu", {"reused": 2, "candidates": []})])  # a job keeps its newest
+        assert cache.settled(["fp1", "fp2", "fp3"]) == {"fp2": {"reused": 2, "candidates": []}}
+        conn.execute("UPDATE settled SET data = 'not json' WHERE fingerprint = 'fp2'")
+        assert cache.settled(["fp2"]) == {}  # a row that does not decode is a miss
+
+
+def test_a_migration_that_fails_midway_leaves_the_file_as_it_was(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """All steps or none (a full disk while the triggers are created left "table trials already exists")."""
+    from trt_routes.cache import schema
+
+    path = tmp_path / "c.sqlite"
+
+    def broken(db: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS[:-1], broken])
+    with pytest.raises(CacheError, match=r"no space left|full"):
+        CacheStore(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    monkeypatch.undo()
+    with CacheStore(path) as cache:  # space again: it migrates from scratch
+        cache.add_trial(rec(1))
+        assert cache.group_versions(["g"]) == {"g": 1}
+
+
 def test_garbage_cache_file_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
     path.write_bytes(b"not a database" * 100)

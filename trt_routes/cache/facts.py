@@ -25,8 +25,11 @@ def add_remeasurement(cache: CacheStore, key: str, group_key: str, job: str, dat
         )
 
 
-def remeasurement(cache: CacheStore, key: str) -> dict[str, Any] | None:
-    rows = list(cache.db.execute("SELECT data FROM remeasurements WHERE key = ?", [key]))
+def remeasurement(cache: CacheStore, key: str, group_key: str) -> dict[str, Any] | None:
+    """The re-measurement stored under ``key`` for job group ``group_key`` (a row whose group column says
+    another group is not this group's: its changes are counted for that group, ``cache.schema._v4``)."""
+    rows = list(cache.db.execute("SELECT data FROM remeasurements WHERE key = ? AND group_key = ?",
+                                 [key, group_key]))
     if not rows:
         return None
     try:

@@ -61,7 +61,30 @@ def _v3(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3]
+#: The tables whose rows carry a job group: a change to any of them may change that group's plan.
+GROUP_TABLES = ("trials", "remeasurements", "searches")
+#: Tables derived from the others (``plan.settled``): never copied between caches, never salvaged.
+DERIVED_TABLES = ("group_state", "settled")
+
+
+def _v4(db: sqlite_utils.Database) -> None:
+    """No-op plans: ``group_state`` counts the changes to each job group's rows in ``GROUP_TABLES``, kept by
+    triggers (so every writer counts, trt-routes' own, a bundle import or a sqlite3 shell alike), and
+    ``settled`` remembers the plans apply found up to date, keyed by everything they were derived from
+    (``trt_routes.plan.settled``)."""
+    db.execute("CREATE TABLE group_state (group_key TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+    bump = ("INSERT INTO group_state (group_key, version) VALUES ({row}.group_key, 1) "
+            "ON CONFLICT (group_key) DO UPDATE SET version = version + 1;")
+    for table in GROUP_TABLES:
+        for op, rows in (("INSERT", ("NEW",)), ("DELETE", ("OLD",)), ("UPDATE", ("OLD", "NEW"))):
+            body = " ".join(bump.format(row=row) for row in rows)
+            db.execute(f"CREATE TRIGGER {table}_{op.lower()}_counts AFTER {op} ON [{table}] BEGIN {body} END")
+    db.execute("CREATE TABLE settled (fingerprint TEXT PRIMARY KEY, job TEXT NOT NULL, data TEXT NOT NULL, "
+               "at TEXT NOT NULL)")
+    db.execute("CREATE INDEX settled_job ON settled (job)")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -76,7 +99,10 @@ def migrate(db: sqlite_utils.Database, path: str) -> None:
         )
     if current == SCHEMA_VERSION:
         return
-    with db.conn:
+    with db.conn:  # commits, or rolls back on any error (a full disk midway leaves the file as it was)
+        # one explicit transaction: Python's sqlite3 begins none for CREATE statements, and sqlite-utils
+        # commits each statement run outside a transaction on its own
+        db.execute("BEGIN IMMEDIATE")
         for step in MIGRATIONS[current:]:
             step(db)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -10,6 +10,7 @@ or read-only disk is a StorageError naming the file; the transaction it interrup
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -283,6 +284,44 @@ class CacheStore:
     def routes(self, group_key: str) -> set[str]:
         """Routes with a trial in one job group (no row decoding: the cheap check plan needs)."""
         return {r[0] for r in self.db.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}
+
+    @_guarded
+    def group_versions(self, group_keys: Iterable[str]) -> dict[str, int]:
+        """How many times each job group's rows changed (``schema._v4``'s triggers); 0 for a group never
+        changed since the counting began."""
+        keys = sorted(set(group_keys))
+        out = dict.fromkeys(keys, 0)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            out.update(self.db.execute(f"SELECT group_key, version FROM group_state WHERE group_key IN "
+                                       f"({', '.join('?' * len(chunk))})", chunk).fetchall())
+        return out
+
+    @_guarded
+    def settled(self, fingerprints: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The settled plans (``plan.settled``) stored under these fingerprints, decoded; a row that does not
+        decode is left out (a miss)."""
+        prints = sorted(set(fingerprints))
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(prints), 500):
+            chunk = prints[i:i + 500]
+            for fp, data in self.db.execute(f"SELECT fingerprint, data FROM settled WHERE fingerprint IN "
+                                            f"({', '.join('?' * len(chunk))})", chunk):
+                with contextlib.suppress(ValueError, TypeError):
+                    value = json.loads(data)
+                    if isinstance(value, dict):
+                        out[fp] = value
+        return out
+
+    @_guarded
+    def put_settled(self, rows: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
+        """Store (fingerprint, job, data) rows in one transaction; a job keeps only its newest row."""
+        at = now()
+        with self.db.conn:
+            for fp, job, data in rows:
+                self.db.execute("DELETE FROM settled WHERE job = ? AND fingerprint != ?", [job, fp])
+                self.db.execute("INSERT OR REPLACE INTO settled (fingerprint, job, data, at) VALUES (?, ?, ?, ?)",
+                                [fp, job, json.dumps(data, separators=(",", ":")), at])
 
     @_guarded
     def trials_for_job(self, job: str) -> list[TrialRecord]:

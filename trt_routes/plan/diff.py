@@ -5,8 +5,8 @@ It builds nothing and writes nothing. Every job gets one action and the reasons 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,9 @@ from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
-from trt_routes.manifest.schema import Tolerance
+from trt_routes.manifest.schema import Check, Tolerance
 from trt_routes.plan.advice import no_eligible_advice
+from trt_routes.plan.settled import Settled
 from trt_routes.routes import describe
 from trt_routes.search import Outcome, cached_search, make_search
 from trt_routes.search.job import JobSearch, job_search, selection_key
@@ -39,6 +40,11 @@ class JobPlan:
     candidates: tuple[str, ...] = ()
     #: an upper bound on the builds the job's search may still ask for in all (``to_build`` is its next step)
     at_most: int | None = None
+    #: the fingerprint under which apply may store this plan as settled (``plan.settled``): set when the plan
+    #: was derived in full, found nothing to do but perhaps the engine, and read nothing outside its inputs
+    settle: str | None = None
+    #: taken from a settled plan (only the engine was checked)
+    from_settled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"job": self.job.name, "action": self.action, "reasons": list(self.reasons),
@@ -210,10 +216,43 @@ def stale_reasons(job: Job, old: dict[str, Any], old_signature: dict[str, str] |
 
 def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
              lookup: LossLookup | None = None,
-             winners: Callable[[], Mapping[str, str]] | None = None) -> JobPlan:
-    """``winners``: the related jobs' winners, read once per plan (``make_plan``)."""
+             winners: Callable[[], Mapping[str, str]] | None = None,
+             settled: Settled | None = None) -> JobPlan:
+    """``winners``: the related jobs' winners, read once per plan (``make_plan``). ``settled``: plans apply
+    found up to date, by the fingerprint of their inputs (``plan.settled``)."""
     if job.blocked:
         return JobPlan(job, "skipped" if job.block_kind == "absent" else "blocked", (job.blocked,))
+    assert job.expression is not None and job.catalog is not None
+    entry = lock.jobs.get(job.name)
+    if settled is not None and entry is not None and (hit := settled.verdict(job)) is not None:
+        return replace(_engine_check(job, entry, root, hit["reused"], tuple(hit["candidates"])),
+                       from_settled=True)
+    counted = _Counted(lookup)
+    warned = len(cache.warnings)
+    plan = _plan_job(job, cache, entry, root, counted if lookup is not None else None, winners)
+    if plan.settle and (counted.calls or len(cache.warnings) != warned or settled is None):
+        plan = replace(plan, settle=None)  # it read a loss off the artifact store, or met a corrupt row
+    elif plan.settle and settled is not None:
+        fp = settled.fingerprint(job)
+        plan = replace(plan, settle=fp)
+    return plan
+
+
+class _Counted:
+    """A loss lookup that counts its calls."""
+
+    def __init__(self, inner: LossLookup | None) -> None:
+        self.inner, self.calls = inner, 0
+
+    def __call__(self, trial: TrialRecord, output: str, check: Check) -> float | None:
+        self.calls += 1
+        return self.inner(trial, output, check) if self.inner is not None else None
+
+
+def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, lookup: LossLookup | None,
+              winners: Callable[[], Mapping[str, str]] | None) -> JobPlan:
+    """``plan_job`` in full: ``settle`` is "yes" when nothing is left to do but perhaps the engine and
+    nothing outside the job, its lock entry and its group's rows was read."""
     assert job.expression is not None and job.catalog is not None
     # a dynamic search reads rows (decoded as read: it replays over the routes it walks through, not the
     # whole group); a static one may need only the routes (one indexed SELECT route)
@@ -221,12 +260,12 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
         GroupTrials(cache, job.group_key)
     routes = cache.routes(job.group_key) if lazy is None else lazy.routes
     search = job_search(job, cache, routes, winners=winners)
-    entry = lock.jobs.get(job.name)
+    settle = "yes"
     if search.static and entry is not None and _keys_match(job, entry):
         static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
         if entry.candidates_key == candidates_key(static) and routes >= set(static):
             # same trials, same rule, same candidates: the locked selection stands without re-deriving it
-            return _engine_check(job, entry, root, len(static), static)
+            return replace(_engine_check(job, entry, root, len(static), static), settle=settle)
     trials = lazy if lazy is not None else GroupTrials(cache, job.group_key)
     known = LazyOutcomes(trials, job.tolerance, lookup)
     batch = search.next_batch(known)
@@ -290,7 +329,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
         return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands)
-    return _engine_check(job, entry, root, reused, cands)
+    return replace(_engine_check(job, entry, root, reused, cands), settle=settle)
 
 
 def _objective_text(name: str | None, rank: str | None, limits: dict[str, Any] | None) -> str:
@@ -380,5 +419,17 @@ def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
             memo.append(facts.current_winners(cache))
         return memo[0]
 
-    return Plan(jobs=[plan_job(j, cache, lock, root, lookup, winners) for j in jobs],
+    settled = Settled(cache, jobs, lock, root, winners) if Settled.enabled() else None
+    return Plan(jobs=[plan_job(j, cache, lock, root, lookup, winners, settled) for j in jobs],
                 removed=sorted(set(lock.jobs) - names))
+
+
+def settle(cache: CacheStore, plans: Iterable[JobPlan]) -> int:
+    """Store the plans derived in full that found their job up to date (``JobPlan.settle``), so that later
+    plans of the same inputs take them (``plan.settled``); how many were stored. Apply calls it once its lock
+    is written."""
+    rows = [(jp.settle, jp.job.name, {"reused": jp.reused, "candidates": list(jp.candidates)})
+            for jp in plans if jp.settle]
+    if rows:
+        cache.put_settled(rows)
+    return len(rows)

@@ -66,13 +66,30 @@ def loss_text(losses: dict[str, dict[str, float]], keys: list[str] | None = None
     return "; ".join(parts) or "-"
 
 
+#: Up to this many up-to-date jobs get a row each in the plan and summary tables; more are one row (as
+#: Terraform and DVC show only what changes; `plan --json` and `status` list every job).
+FOLD_UP_TO_DATE = 12
+
+
+def folded(count: int) -> str:
+    return f"({count} jobs)"
+
+
 def render_plan(plan: Plan, console: Console) -> None:
     table = Table(title="Plan", title_justify="left", show_lines=False)
     for col in ("job", "action", "builds", "reused", "reason"):
         table.add_column(col, overflow="fold")
+    fresh = [jp for jp in plan.jobs if jp.action == "up-to-date"]
+    fold = len(fresh) > FOLD_UP_TO_DATE
     for jp in plan.jobs:
+        if fold and jp.action == "up-to-date":
+            continue
         table.add_row(jp.job.name, f"[{ACTION_STYLE.get(jp.action, '')}]{jp.action}[/]",
                       str(len(jp.to_build)), str(jp.reused), escape("\n".join(jp.reasons)))
+    if fold:
+        table.add_row(folded(len(fresh)), f"[{ACTION_STYLE['up-to-date']}]up-to-date[/]", "0",
+                      str(sum(jp.reused for jp in fresh)),
+                      "up to date (`trt-routes plan --json` or `trt-routes status` lists each)")
     for name in plan.removed:
         table.add_row(name, "[magenta]remove[/]", "0", "0", "no longer in the manifest: drop its lock entry")
     console.print(table)
@@ -102,7 +119,11 @@ def summary_table(result: ApplyResult) -> Table:
             "chosen route", "built", "reused", "note")
     for col in cols:
         table.add_column(col, overflow="fold")
+    fresh = [o for o in result.outcomes if o.action == "up-to-date" and not o.error]
+    fold = len(fresh) > FOLD_UP_TO_DATE
     for o in result.outcomes:
+        if fold and o.action == "up-to-date" and not o.error:
+            continue
         entry = o.lock_entry or LockEntry()
         timing = entry.timing or LockTiming()
         vs_base = timing.baseline_speedup
@@ -119,6 +140,9 @@ def summary_table(result: ApplyResult) -> Table:
                       else "-", *extra,
                       describe(entry.route or "") if "route" in entry else "-", str(built), str(reused),
                       f"[red]{escape(note)}[/]" if o.error else escape(note))
+    if fold:
+        table.add_row(folded(len(fresh)), "-", "-", "-", *(("-", "-") if named else ()), "-", "0", "-",
+                      "up to date (`trt-routes status` shows each one's route and speedup)")
     for jp in result.plan.jobs:
         if jp.action in ("blocked", "skipped"):
             table.add_row(jp.job.name, "-", "-", "-", *(("-", "-") if named else ()), "-", "0", "0",

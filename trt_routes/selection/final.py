@@ -67,13 +67,13 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
         if settings is None:
             return None
         data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
-                                                        statistic=statistic, turns=turns))
+                                                        statistic=statistic, turns=turns), job.group_key)
         if data is not None:
             m = Remeasurement.from_json(data)
             if decides(m, settings):
                 return m  # measured under another margin or confidence, and it decides under this one too
         data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings, rule=True,
-                                                        statistic=statistic, turns=turns))
+                                                        statistic=statistic, turns=turns), job.group_key)
         return Remeasurement.from_json(data) if data is not None else None
 
     return lookup

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trt_routes.artifacts import stale_leftovers
+from trt_routes.cache.schema import DERIVED_TABLES
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError
 from trt_routes.share.merge import exclusive
@@ -311,8 +312,9 @@ def recover(project: Project) -> RecoverReport:
             Path(str(fresh) + suffix).unlink(missing_ok=True)
         try:
             with CacheStore(fresh) as new:  # the current schema, empty
-                tables = [r[0] for r in new.db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+                tables = [r[0] for r in new.db.execute(  # derived tables are not facts: left to be rebuilt
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+                    if r[0] not in DERIVED_TABLES]
                 src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
                 try:
                     with new.db.conn:

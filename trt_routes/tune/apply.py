@@ -18,12 +18,14 @@ from enum import Enum
 from trt_routes import memo
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.errors import CacheError
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
-from trt_routes.plan.diff import JobPlan, Plan, make_plan, outcomes
+from trt_routes.plan.diff import JobPlan, Plan, make_plan, outcomes, settle
+from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.routes import describe, route_dict
 from trt_routes.search import Search
@@ -90,6 +92,19 @@ def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list
     if only:
         plan.removed = []  # a filtered run never drops other jobs' lock entries
     return plan
+
+
+def _settle(project: Project, cache: CacheStore, plan: Plan, ran: list[JobPlan]) -> None:
+    """Remember which jobs are up to date now (``plan.settled``): those the plan found so, and those this
+    apply worked on, planned again now that their trials and lock entries are written. Only a shortcut for
+    later plans: a disk that refuses it loses nothing, and the next plan derives everything."""
+    if not Settled.enabled():
+        return
+    with contextlib.suppress(CacheError):  # StorageError too
+        # the entries as tuning.lock now holds them (it rounds what it writes), which later plans read
+        done = make_plan([jp.job for jp in ran], cache, project.read_lock(), project.root,
+                         LossLookupFromBlobs(cache, project.store)).jobs if ran else []
+        settle(cache, [*plan.jobs, *done])
 
 
 class Applier(TrialRunner):
@@ -362,7 +377,7 @@ class Applier(TrialRunner):
         statistic, turns = confirm_statistic(job), confirm_turns(job)
         key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, statistic=statistic,
                             turns=turns)
-        if facts.remeasurement(self.cache, key) is not None:  # stored under another rule, undecided under this
+        if facts.remeasurement(self.cache, key, job.group_key) is not None:  # stored under another rule, undecided
             key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, rule=True,
                                 statistic=statistic, turns=turns)
         facts.add_remeasurement(self.cache, key, job.group_key, job.name, m.to_json())
@@ -604,6 +619,7 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
             lock.write()
             timings("lock_write", s=time.perf_counter() - t0)
             result.lock_written = lock.writes > 0
+            _settle(project, cache, plan, run)
             return result
         finally:
             cache.close()
