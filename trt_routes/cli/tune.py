@@ -114,8 +114,8 @@ def plan(
                                              "`apply --plan FILE`.")] = None,
 ) -> None:
     """Show what apply would do for each job, and why. Builds nothing, writes nothing (but --out FILE)."""
+    from trt_routes.plan.diff import compute_plan  # not tune.apply: a plan imports no executor
     from trt_routes.report.console import render_plan
-    from trt_routes.tune.apply import compute_plan
 
     project = open_project(manifest)
     select_jobs(project, only)

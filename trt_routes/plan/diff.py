@@ -20,6 +20,7 @@ from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Check, Tolerance
 from trt_routes.plan.advice import no_eligible_advice
 from trt_routes.plan.settled import Settled
+from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
 from trt_routes.search import Outcome, cached_search, make_search
 from trt_routes.search.job import JobSearch, job_search, selection_key
@@ -422,6 +423,16 @@ def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
     settled = Settled(cache, jobs, lock, root, winners) if Settled.enabled() else None
     return Plan(jobs=[plan_job(j, cache, lock, root, lookup, winners, settled) for j in jobs],
                 removed=sorted(set(lock.jobs) - names))
+
+
+def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list[str] | None = None) -> Plan:
+    """The plan of ``project``'s jobs (those matching ``only``), losses a trial did not store computed from
+    its stored outputs."""
+    jobs = project.select_jobs(only)
+    plan = make_plan(jobs, cache, lock, project.root, LossLookupFromBlobs(cache, project.store))
+    if only:
+        plan.removed = []  # a filtered run never drops other jobs' lock entries
+    return plan
 
 
 def settle(cache: CacheStore, plans: Iterable[JobPlan]) -> int:

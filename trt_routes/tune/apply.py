@@ -24,7 +24,7 @@ from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
-from trt_routes.plan.diff import JobPlan, Plan, make_plan, outcomes, settle
+from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.routes import describe, route_dict
@@ -84,14 +84,6 @@ class Timings:
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write("\n".join(self.lines) + "\n")
             self.lines = []
-
-
-def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list[str] | None = None) -> Plan:
-    jobs = project.select_jobs(only)
-    plan = make_plan(jobs, cache, lock, project.root, LossLookupFromBlobs(cache, project.store))
-    if only:
-        plan.removed = []  # a filtered run never drops other jobs' lock entries
-    return plan
 
 
 def _settle(project: Project, cache: CacheStore, plan: Plan, ran: list[JobPlan]) -> None:
