@@ -57,6 +57,19 @@ MODELS = textwrap.dedent('''\
         return MLP(scale=float("inf"))
 
 
+    class Conv(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.conv(x)).mean(dim=(2, 3))
+
+
+    def conv(shapes):
+        return Conv()
+
+
     def unseeded(shapes):
         import time
         torch.manual_seed(time.perf_counter_ns())
@@ -109,6 +122,9 @@ def test_catalog_is_read_from_the_installed_inductor_config(backend: TorchInduct
               "-max_autotune_gemm"}
     assert wanted <= set(catalog.options)
     for knob in catalog.knobs:
+        if SPEC_BY_OPTION[knob.option].model:  # how trt-routes prepares the model: no Inductor switch
+            assert knob.values == ("0", "1") and knob.default == "0" and knob.option[1:] not in values
+            continue
         current = values[knob.option[1:]]
         if isinstance(current, bool):
             assert knob.values == ("0", "1") and knob.default == ("1" if current else "0")
@@ -257,6 +273,42 @@ def spec_for(tmp_path: Path, entry: str, **settings: Any) -> BuildSpec:
 
 def feeds() -> dict[str, np.ndarray]:
     return {"x": np.random.default_rng(0).uniform(-1, 1, (4, 16)).astype(np.float32)}
+
+
+@pytest.mark.slow
+def test_channels_last_is_a_model_knob_applied_where_the_engine_is_built_and_where_it_is_loaded(
+        tmp_path: Path, backend: TorchInductorBackend) -> None:
+    """-channels_last=1 (found on the H200: ResNet-50 6-8% faster than the best named mode) is no Inductor
+    switch: the recipe records it, and a load in another backend (another process's view: the engine is
+    recreated from its recipe) prepares the model and feeds every call in channels_last, or the compiled
+    graph, guarded on its inputs' strides, would recompile (an error in a measured engine)."""
+    catalog = backend.catalog()
+    assert "channels_last" not in route_config(catalog, {"-channels_last": "1"}, "jit", "cpu")
+    shape = [2, 3, 16, 16]
+    (tmp_path / "tiny.py").write_text(MODELS, encoding="utf-8")
+    spec = BuildSpec(model_path=str(tmp_path), route={"-channels_last": "1"},
+                     profile={"x": {"min": shape, "opt": shape, "max": shape}}, settings={},
+                     target={"kind": "cpu"}, entry="tiny:conv")
+    engine = tmp_path / "cl.json"
+    log = backend.build(spec, engine)
+    assert "model knobs channels_last" in log
+    recipe = json.loads(engine.read_text())
+    assert recipe["model_options"] == {"channels_last": True}
+    x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
+    eager = load_entry("tiny:conv", tmp_path, {"x": shape}).module.eval()
+    with torch.no_grad():
+        want = eager(torch.from_numpy(x)).numpy()
+    fresh = TorchInductorBackend()
+    runner = fresh.load(engine, spec)
+    assert runner.channels_last
+    np.testing.assert_allclose(runner.run({"x": x})["output"], want, rtol=1e-4, atol=1e-5)
+    assert len(runner.time({"x": x}, 1, 2, 1)) == 2  # timed calls do not recompile either
+    runner.channels_last = False  # the same engine fed as the caller's arrays come: the guard refuses it
+    with pytest.raises(Exception, match="stride mismatch"):
+        runner.run({"x": x})
+    plain = BuildSpec(**{**spec.__dict__, "route": {}})
+    backend.build(plain, tmp_path / "plain.json")
+    assert "model_options" not in json.loads((tmp_path / "plain.json").read_text())  # older engines' bytes
 
 
 def test_reference_is_eager_float32(tmp_path: Path, backend: TorchInductorBackend) -> None:

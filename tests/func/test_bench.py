@@ -5,6 +5,7 @@ GPU-only scripts run where a CUDA GPU (and torch) is present and are skipped, sa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -306,3 +307,23 @@ def test_side_by_side_prints_both_variants_and_its_last_line(tmp_path: Path) -> 
     assert last, out
     kept_off, reload_off, *ratios = (float(v) for v in last.groups())
     assert 0 <= kept_off <= 1 and 0 <= reload_off <= 1 and all(r > 0 for r in ratios), last.groups()
+
+
+def test_torch_knob_probe_tiny_runs_every_variant_and_writes_its_table(tmp_path: Path) -> None:
+    """bench/torch_knob_probe.py's self-check (two small plain-torch models; the CPU where no GPU): both
+    models finish, every named-mode draw and variant is timed or reported, and the table names each model."""
+    if not has_torch():
+        pytest.skip("torch is not installed")
+    out_dir = tmp_path / "kp"
+    out = bench("torch_knob_probe.py", "--tiny", "--budget", "240", "--rounds", "2", "--iters", "3", "--out",
+                str(out_dir), cwd=tmp_path, timeout=420)
+    table = (out_dir / "knobprobe-table.md").read_text()
+    for model in ("tiny-cnn", "tiny-attn"):
+        data = json.loads((out_dir / f"knobprobe-{model}.json").read_text())
+        assert data["state"]["phase"] == "done" and data["state"]["exit"] == 0, data["state"]
+        assert len(data["reduce_overhead_spread"]["draws_ms"]) == 3  # three independent compiles of one mode
+        variants = data["variants"]
+        assert {"eager", "reduce-overhead#1", "max-autotune"} <= set(variants)
+        statuses = [v["status"] for v in variants.values()]
+        assert all(s == "ok" or s.startswith(("failed", "cut", "skipped")) for s in statuses), statuses
+        assert model in table and model in out

@@ -33,6 +33,7 @@ from trt_routes.backends.torch_inductor.catalog import (
     check_applicable,
     expand_preset,
     fixed_config,
+    model_options,
     preset_table,
     route_config,
 )
@@ -110,7 +111,8 @@ class TorchInductorBackend(Backend):
     def __init__(self) -> None:
         self._catalog: Catalog | None = None
         self._software: dict[str, str] | None = None
-        self._jit: dict[str, tuple[Any, bool]] = {}  # recipe sha256 -> (compiled module, cudagraphs)
+        #: recipe sha256 -> (compiled module, cudagraphs, channels_last inputs)
+        self._jit: dict[str, tuple[Any, bool, bool]] = {}
         self._presets: dict[str, dict[str, str]] | None = None
         #: jit runners handed out and still alive: while any is, a newly loaded recipe is compiled beside
         #: them (no Dynamo reset), so a side-by-side re-measurement can call each one without recompiling
@@ -208,11 +210,20 @@ class TorchInductorBackend(Backend):
                 return f"cuda:{index}"
         return "cuda:0"
 
-    def _model(self, spec: BuildSpec, settings: Mapping[str, Any], device: str) -> tuple[Any, dict[str, Any]]:
+    def _model(self, spec: BuildSpec, settings: Mapping[str, Any], device: str,
+               options: Mapping[str, bool]) -> tuple[Any, dict[str, Any]]:
+        """The prepared module and its example inputs; ``options``: the route's model knobs (``model_options``)."""
         loaded = models.load_model(spec)
         models.check_inputs(loaded, sorted(spec.profile), spec.opt_shapes)
-        module = models.prepare_module(loaded.module, device, settings["dtype"])
-        return module, models.example_inputs(loaded, spec, settings["dtype"], device)
+        layout = bool(options.get("channels_last"))
+        module = models.prepare_module(loaded.module, device, settings["dtype"], channels_last=layout)
+        return module, models.example_inputs(loaded, spec, settings["dtype"], device, channels_last=layout)
+
+    @staticmethod
+    def _scope(values: Mapping[str, Any], options: Mapping[str, bool]) -> str:
+        """A route's compile-cache scope: its Inductor switches and the model knobs it turns on (none: the
+        scope is what it was before model knobs existed)."""
+        return compile_cache.route_tag({**values, **{f"model.{k}": v for k, v in sorted(options.items())}})
 
     def _values(self, route: Mapping[str, str], settings: Mapping[str, Any]) -> dict[str, Any]:
         """The Inductor config a build applies: the fixed switches (no shared autotune caches), then
@@ -242,19 +253,22 @@ class TorchInductorBackend(Backend):
         settings = self._settings(spec)
         device = self._device(spec, settings)
         values = self._values(spec.route, settings)
+        options = model_options(self.catalog(), spec.route)
         torch = _torch()
         lines = [f"torch {torch.__version__}, mode {settings['mode']}, dtype {settings['dtype']}, device {device}",
                  f"route: {' '.join(f'{k}={v}' for k, v in sorted(spec.route.items())) or '(default)'}"]
         _start_compile_pool(device)  # a replaced worker's first build: before compiling starts it on this thread
         t0 = time.perf_counter()
         with _precision(settings["matmul_precision"]):
-            module, example = self._model(spec, settings, device)
+            module, example = self._model(spec, settings, device, options)
             weights = models.state_digest(module)[:16]
-            lines.append(f"model ready in {time.perf_counter() - t0:.2f} s (weights {weights})")
+            lines.append(f"model ready in {time.perf_counter() - t0:.2f} s (weights {weights})"
+                         + (f"; model knobs {', '.join(sorted(options))}" if options else ""))
             if settings["mode"] == "aot":
                 lines += self._build_aot(module, example, values, Path(engine_path))
             else:
-                lines += self._build_jit(spec, settings, module, example, values, Path(engine_path), device)
+                lines += self._build_jit(spec, settings, module, example, values, options, Path(engine_path),
+                                         device)
         return "\n".join(lines) + "\n"
 
     def _build_aot(self, module: Any, example: dict[str, Any], values: dict[str, Any], path: Path) -> list[str]:
@@ -328,8 +342,8 @@ class TorchInductorBackend(Backend):
             return []
 
     def _build_jit(self, spec: BuildSpec, settings: Mapping[str, Any], module: Any, example: dict[str, Any],
-                   values: dict[str, Any], path: Path, device: str) -> list[str]:
-        with compile_cache.capture(compile_cache.route_tag(values)) as captured:
+                   values: dict[str, Any], options: Mapping[str, bool], path: Path, device: str) -> list[str]:
+        with compile_cache.capture(self._scope(values, options)) as captured:
             compiled, stats = self._compile_jit(module, example, values, bool(settings["fullgraph"]), device)
         torch = _torch()
         recipe = {
@@ -340,6 +354,7 @@ class TorchInductorBackend(Backend):
             "settings": dict(settings),
             "route": dict(sorted(spec.route.items())),
             "inductor_config": values,
+            **({"model_options": dict(options)} if options else {}),
             "compile": "torch.compile(model, backend='inductor', dynamic=False, "
                        f"fullgraph={bool(settings['fullgraph'])}, options=inductor_config)",
             "run": ("under torch.no_grad(); call torch.compiler.cudagraph_mark_step_begin() before each call"
@@ -354,11 +369,12 @@ class TorchInductorBackend(Backend):
         data = json.dumps(recipe, indent=2, sort_keys=True, default=str).encode()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        self._jit = {hashlib.sha256(data).hexdigest(): (compiled, bool(values.get("triton.cudagraphs")))}
+        self._jit = {hashlib.sha256(data).hexdigest(): (compiled, bool(values.get("triton.cudagraphs")),
+                                                        bool(options.get("channels_last")))}
         kept = captured.record
         return [f"compiled in {stats['compile_s']:.2f} s: {stats['graphs']} graph(s), "
                 f"{stats['graph_breaks']} graph break(s), {len(stats['generated'])} generated module(s)",
-                f"route scope {compile_cache.route_tag(values)}: FX-graph cache {captured.hits}; "
+                f"route scope {self._scope(values, options)}: FX-graph cache {captured.hits}; "
                 + (f"kept {kept['bytes']} bytes of compiled artifacts {kept['artifacts']}" if kept
                    else "torch recorded no compiled artifacts (the engine recompiles when loaded elsewhere)"),
                 f"inductor config: {json.dumps(values, sort_keys=True)}"]
@@ -371,7 +387,8 @@ class TorchInductorBackend(Backend):
         torch.set_float32_matmul_precision(settings["matmul_precision"])
         if settings["mode"] == "aot":
             package, keep = self._load_package(Path(engine_path), device)
-            runner = TorchRunner(package, device, settings["dtype"])
+            runner = TorchRunner(package, device, settings["dtype"],
+                                 channels_last=bool(model_options(self.catalog(), spec.route).get("channels_last")))
             if keep is not None:  # the package may be read again after loading: keep its link while it lives
                 weakref.finalize(runner, shutil.rmtree, keep, True)
             return runner
@@ -381,23 +398,25 @@ class TorchInductorBackend(Backend):
             recipe = json.loads(data)
             if recipe.get("format") != RECIPE_FORMAT:
                 raise TrtRoutesError(f"{engine_path} is not a torch-inductor jit recipe")
-            module, example = self._model(spec, settings, device)
+            options = dict(recipe.get("model_options") or {})
+            module, example = self._model(spec, settings, device, options)
             beside = len(self._live) > 0
             values = recipe["inductor_config"]
-            with compile_cache.scope(compile_cache.route_tag(values)):
+            with compile_cache.scope(self._scope(values, options)):
                 restored = compile_cache.restore(recipe.get("compile_cache"), str(engine_path))
                 compiled, stats = self._compile_jit(module, example, values, bool(settings["fullgraph"]), device,
                                                     beside=beside)
             built = set(recipe.get("generated_code_sha256") or [])
             self._restored[key] = {"restored": restored, **compile_cache.restored(),
                                    "same_code": bool(built) and built <= set(stats["generated"])}
-            entry = (compiled, bool(recipe["inductor_config"].get("triton.cudagraphs")))
+            entry = (compiled, bool(recipe["inductor_config"].get("triton.cudagraphs")),
+                     bool(options.get("channels_last")))
             self._jit = {**self._jit, key: entry} if beside else {key: entry}
-        compiled, cudagraphs = self._jit[key]
+        compiled, cudagraphs, layout = self._jit[key]
         import torch._dynamo
 
         runner = TorchRunner(compiled, device, settings["dtype"], step_marker=cudagraphs,
-                             guard=lambda: torch._dynamo.config.patch(error_on_recompile=True))
+                             guard=lambda: torch._dynamo.config.patch(error_on_recompile=True), channels_last=layout)
         runner.compile_cache = self._restored.get(key, {"restored": False, "built_here": True})
         self._live.add(runner)
         return runner

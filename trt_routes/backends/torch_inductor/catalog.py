@@ -15,7 +15,7 @@ from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
 
 #: Bumped whenever the meaning of a knob (its mapping onto Inductor, its applicability) changes.
-KNOBS_VERSION = "inductor-knobs/2"
+KNOBS_VERSION = "inductor-knobs/3"
 DEVICES = ("cpu", "cuda")
 MODES = ("jit", "aot")
 BOTH_DEVICES = frozenset(DEVICES)
@@ -48,6 +48,9 @@ class KnobSpec:
     #: how much longer a build gets with the knob on, as a factor of a default build (a hint: it orders
     #: nothing by itself; see ``Catalog.route_cost``): 1 none, 1.5 some extra passes, 3+ benchmarks during the build
     cost: float = 1.0
+    #: a knob of how trt-routes prepares the model and its inputs (``model_options``), not an Inductor switch:
+    #: off by default, applied the same way wherever the engine is built, measured or loaded
+    model: bool = False
 
     @property
     def option(self) -> str:
@@ -56,6 +59,10 @@ class KnobSpec:
 
 SPECS: tuple[KnobSpec, ...] = (
     # -- both devices, both modes ---------------------------------------------------------------
+    KnobSpec("channels_last", "Put the model's 4-D weights and its 4-D floating inputs in channels_last (NHWC) "
+             "memory format before compiling, and feed every call so (a model knob: an Inductor graph "
+             "otherwise keeps the caller's layout at its inputs). A convolution network's win on GPUs.",
+             model=True),
     KnobSpec("freezing", "Treat parameters as constants (inference only): constant-fold weight transforms, "
              "fold Conv+BatchNorm, pre-pack weights (mkldnn on CPU). Often the largest CPU win.", cost=1.2),
     KnobSpec("layout_optimization", "Let Inductor switch convolution graphs to channels-last when its heuristic "
@@ -180,7 +187,8 @@ def _knob(spec: KnobSpec, current: Any) -> Knob | None:
 def build_catalog(config: Any, version: str) -> Catalog:
     """The catalog from the installed ``torch._inductor.config`` (its current values are the defaults)."""
     values = config.get_config_copy()
-    knobs = [k for spec in SPECS if spec.name in values and (k := _knob(spec, values[spec.name])) is not None]
+    knobs = [k for spec in SPECS if (spec.model or spec.name in values)
+             and (k := _knob(spec, False if spec.model else values[spec.name])) is not None]
     return Catalog(backend="torch-inductor", version=version, knobs=tuple(knobs), tuner_version=KNOBS_VERSION)
 
 
@@ -287,9 +295,23 @@ def route_config(catalog: Catalog, route: Mapping[str, str], mode: str, device: 
     out: dict[str, Any] = {}
     for knob in catalog.knobs:
         spec = SPEC_BY_OPTION[knob.option]
+        if spec.model:
+            continue  # model_options
         if device in spec.devices and mode in spec.modes:
             text = route.get(knob.option, knob.default)
             if not knob.allows(text):
                 raise RouteError(f"{knob.option}={text} is not allowed", f"allowed: {knob.allowed_text()}")
             out[spec.name] = config_value(knob, text)
+    return out
+
+
+def model_options(catalog: Catalog, route: Mapping[str, str]) -> dict[str, bool]:
+    """The model knobs the route turns on (``KnobSpec.model``), by name: ``{"channels_last": True}``; empty
+    for a route that turns none on, so such routes' engines and cache scopes are what they were before
+    model knobs existed."""
+    out: dict[str, bool] = {}
+    for knob in catalog.knobs:
+        spec = SPEC_BY_OPTION[knob.option]
+        if spec.model and route.get(knob.option, knob.default) == "1":
+            out[spec.name] = True
     return out

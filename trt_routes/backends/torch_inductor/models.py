@@ -227,18 +227,23 @@ def entry_digest(spec: BuildSpec) -> str:
                              "module": f"{type(first.module).__module__}.{type(first.module).__qualname__}"}, 32)
 
 
-def prepare_module(module: Any, device: str, dtype: str) -> Any:
-    """The module in inference mode on ``device`` in ``dtype`` (an exported program's module has no eval())."""
+def prepare_module(module: Any, device: str, dtype: str, channels_last: bool = False) -> Any:
+    """The module in inference mode on ``device`` in ``dtype`` (an exported program's module has no eval());
+    ``channels_last`` (the model knob): its 4-D parameters and buffers in channels_last memory format."""
     with contextlib.suppress(NotImplementedError):  # torch.export's module: already in inference form
         module.eval()
-    return module.to(device=device, dtype=torch_dtype(dtype))
+    module = module.to(device=device, dtype=torch_dtype(dtype))
+    if channels_last:
+        module = module.to(memory_format=_torch().channels_last)
+    return module
 
 
 def torch_dtype(name: str) -> Any:
     return getattr(_torch(), _DTYPES[name])
 
 
-def example_inputs(loaded: LoadedModel, spec: BuildSpec, dtype: str, device: str) -> dict[str, Any]:
+def example_inputs(loaded: LoadedModel, spec: BuildSpec, dtype: str, device: str,
+                   channels_last: bool = False) -> dict[str, Any]:
     """Inputs to trace with: the factory's examples, else seeded ones from the manifest's input specs."""
     torch = _torch()
     if loaded.example is not None:
@@ -258,16 +263,20 @@ def example_inputs(loaded: LoadedModel, spec: BuildSpec, dtype: str, device: str
             else:
                 arr = rng.uniform(low, high, size=shape).astype(np.float32)
             raw[name] = torch.from_numpy(arr)
-    return {n: cast_input(t, dtype, device) for n, t in raw.items()}
+    return {n: cast_input(t, dtype, device, channels_last) for n, t in raw.items()}
 
 
-def cast_input(tensor: Any, dtype: str, device: str) -> Any:
-    """To ``device``; floating tensors to the model's dtype (integer and bool inputs keep theirs)."""
+def cast_input(tensor: Any, dtype: str, device: str, channels_last: bool = False) -> Any:
+    """To ``device``; floating tensors to the model's dtype (integer and bool inputs keep theirs), and with
+    ``channels_last`` (the model knob) 4-D floating tensors in channels_last memory format."""
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
         tensor = torch.from_numpy(np.ascontiguousarray(tensor))
     if tensor.is_floating_point():
-        return tensor.to(device=device, dtype=torch_dtype(dtype))
+        tensor = tensor.to(device=device, dtype=torch_dtype(dtype))
+        if channels_last and tensor.dim() == 4:
+            tensor = tensor.contiguous(memory_format=torch.channels_last)
+        return tensor
     return tensor.to(device=device)
 
 

@@ -56,10 +56,11 @@ class TorchRunner:
     """Calls ``fn(**inputs)`` for a compiled model (torch.compile'd module or AOTInductor package)."""
 
     def __init__(self, fn: Callable[..., Any], device: str, dtype: str, *, step_marker: bool = False,
-                 guard: Callable[[], Any] | None = None) -> None:
+                 guard: Callable[[], Any] | None = None, channels_last: bool = False) -> None:
         self.fn = fn
         self.device = device
         self.dtype = dtype
+        self.channels_last = channels_last  # the model knob: 4-D floating inputs fed in channels_last
         self.step_marker = step_marker  # CUDA graph trees: mark each call as a new step
         self.guard = guard  # context manager factory active around every call (e.g. no recompiles)
         self.settle = SettleInfo()
@@ -83,7 +84,8 @@ class TorchRunner:
 
     # -- helpers ---------------------------------------------------------------------------
     def _prepare(self, feeds: Feeds) -> dict[str, Any]:
-        return {name: cast_input(np.asarray(v), self.dtype, self.device) for name, v in feeds.items()}
+        return {name: cast_input(np.asarray(v), self.dtype, self.device, self.channels_last)
+                for name, v in feeds.items()}
 
     def _call(self, inputs: dict[str, Any]) -> Any:
         if self.step_marker:
