@@ -1,5 +1,5 @@
 """Does ANY torch.compile setting beat torch.compile's best named mode by a real margin, and how far apart are
-two compiles of one configuration? (issue 17's probe; plain torch, nothing from trt_routes.)
+two compiles of one configuration? (issue 17's probe; plain torch: of trt_routes only its median interval.)
 
 Models: the five of ``recipes/torch-gpu/modes/tuning.yaml``, built by that recipe's own factories
 (``recipes/torch-gpu/modes/models.py``: timm ConvNeXt-T bs16, timm ViT-B/16 bs8, torchvision ResNet-50 bs32,
@@ -89,23 +89,15 @@ COS_FLAG = 1e-3
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(median, low, high): the sign-test interval [x_(k), x_(n+1-k)] of the median, coverage at least
-    ``confidence`` (low 0 and high inf when there are too few values)."""
-    x = sorted(values)
-    n = len(x)
-    if n == 0:
+    """(median, low, high): trt-routes' own sign-test interval of the median (``trt_routes.selection``, which
+    imports no pydantic or sqlite-utils, so it loads on a bare torch image); low 0 and high inf when there are
+    too few values, and none at all for no values."""
+    if not values:
         return math.nan, 0.0, math.inf
-    median = float(statistics.median(x))
-    tail = (1.0 - confidence) / 2.0
-    k, cdf = 0, 0.0
-    for j in range(n):  # largest k with P(Binomial(n, 1/2) <= k - 1) <= tail
-        cdf += math.comb(n, j) / 2.0**n
-        if cdf > tail:
-            break
-        k = j + 1
-    if k == 0:
-        return median, 0.0, math.inf
-    return median, float(x[k - 1]), float(x[n - k])
+    sys.path.insert(0, str(REPO))
+    from trt_routes.selection import median_interval as mi
+
+    return mi(values, confidence)
 
 
 def geomean(values: list[float]) -> float:
