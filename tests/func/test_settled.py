@@ -114,8 +114,9 @@ MUTATIONS: dict[str, Callable[[sqlite3.Connection, str], Any]] = {
     "the winner's trial deleted": lambda c, t: c.execute("DELETE FROM trials WHERE id = ?", [t]),
     "the winner's median changed in place": lambda c, t: c.execute(
         "UPDATE trials SET median_ms = median_ms * 10 WHERE id = ?", [t]),
-    "a re-measurement deleted": lambda c, t: c.execute(
-        "DELETE FROM remeasurements WHERE group_key = ?", [_group_of(c, t)]),
+    "a re-measurement added": lambda c, t: c.execute(  # a pull's, say (whether this apply confirmed varies)
+        "INSERT INTO remeasurements (key, group_key, job, baseline, challengers, data) VALUES (?, ?, ?, '', '[]', "
+        "'{}')", ["pulled-" + t, _group_of(c, t), "another/job/cpu"]),
     "the search state changed": lambda c, t: c.execute(
         "UPDATE searches SET builds = builds + 100 WHERE group_key = ?", [_group_of(c, t)]),
 }
@@ -136,14 +137,25 @@ def test_any_change_to_the_group_written_by_anyone_unsettles_its_job(
     assert all(jp.from_settled for jp in fast.jobs if jp.job.name != name)  # other groups stay settled
 
 
-def test_a_faster_pulled_trial_is_seen(adaptive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_candidate_made_faster_in_place_is_seen(adaptive: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another of the job's candidate routes, rewritten to twice the winner's speed past trt-routes: the plan
+    no longer says up to date (the search or the selection must look again)."""
     manifest = _copy(adaptive, tmp_path)
     name, trial = _winner(manifest)
+    before, _ = _both(manifest, monkeypatch)
+    jp = next(jp for jp in before.jobs if jp.job.name == name)
     with _db(manifest) as conn:
-        _insert_faster_copy(conn, trial)
-    fast, _ = _both(manifest, monkeypatch)
-    jp = next(jp for jp in fast.jobs if jp.job.name == name)
-    assert jp.action in ("reselect", "tune"), jp.reasons
+        group, route, median = conn.execute("SELECT group_key, route, median_ms FROM trials WHERE id = ?",
+                                            [trial]).fetchone()
+        other = next(r for r in jp.candidates if r != route)
+        changed = conn.execute("UPDATE trials SET median_ms = ?, ci_low = ?, ci_high = ? WHERE group_key = ? "
+                               "AND route = ? AND status = 'ok'", [median / 2, median / 2.1, median / 1.9, group,
+                                                                   other])
+        assert changed.rowcount == 1, other
+    after, _ = _both(manifest, monkeypatch)
+    jp = next(jp for jp in after.jobs if jp.job.name == name)
+    assert jp.action in ("reselect", "tune") and not jp.from_settled, jp.reasons
 
 
 def test_an_edited_lock_entry_manifest_or_code_unsettles(adaptive: Path, tmp_path: Path,

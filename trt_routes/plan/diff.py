@@ -230,12 +230,10 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
                        from_settled=True)
     counted = _Counted(lookup)
     warned = len(cache.warnings)
-    plan = _plan_job(job, cache, entry, root, counted if lookup is not None else None, winners)
-    if plan.settle and (counted.calls or len(cache.warnings) != warned or settled is None):
-        plan = replace(plan, settle=None)  # it read a loss off the artifact store, or met a corrupt row
-    elif plan.settle and settled is not None:
-        fp = settled.fingerprint(job)
-        plan = replace(plan, settle=fp)
+    plan, decided = _plan_job(job, cache, entry, root, counted if lookup is not None else None, winners)
+    # not settled: a plan that read a loss off the artifact store (it can be collected) or met a corrupt row
+    if decided and settled is not None and not counted.calls and len(cache.warnings) == warned:
+        plan = replace(plan, settle=settled.fingerprint(job))
     return plan
 
 
@@ -251,9 +249,9 @@ class _Counted:
 
 
 def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, lookup: LossLookup | None,
-              winners: Callable[[], Mapping[str, str]] | None) -> JobPlan:
-    """``plan_job`` in full: ``settle`` is "yes" when nothing is left to do but perhaps the engine and
-    nothing outside the job, its lock entry and its group's rows was read."""
+              winners: Callable[[], Mapping[str, str]] | None) -> tuple[JobPlan, bool]:
+    """``plan_job`` in full, and whether it found nothing left to do but perhaps the engine (such a plan may
+    be settled)."""
     assert job.expression is not None and job.catalog is not None
     # a dynamic search reads rows (decoded as read: it replays over the routes it walks through, not the
     # whole group); a static one may need only the routes (one indexed SELECT route)
@@ -261,12 +259,11 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         GroupTrials(cache, job.group_key)
     routes = cache.routes(job.group_key) if lazy is None else lazy.routes
     search = job_search(job, cache, routes, winners=winners)
-    settle = "yes"
     if search.static and entry is not None and _keys_match(job, entry):
         static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
         if entry.candidates_key == candidates_key(static) and routes >= set(static):
             # same trials, same rule, same candidates: the locked selection stands without re-deriving it
-            return replace(_engine_check(job, entry, root, len(static), static), settle=settle)
+            return _engine_check(job, entry, root, len(static), static), True
     trials = lazy if lazy is not None else GroupTrials(cache, job.group_key)
     known = LazyOutcomes(trials, job.tolerance, lookup)
     batch = search.next_batch(known)
@@ -294,7 +291,7 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         if bound > len(batch):
             reasons.append(f"{len(batch)} build(s) now, at most {bound} in all ({job.strategy.mode}: later steps "
                            "depend on what these measure)")
-        return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands, bound)
+        return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands, bound), False
     cands = tuple(r for r in cands if r in trials)  # what apply selects among (a budget can leave routes out)
     # an objective reads the trials' stored facts (in meta, which light rows leave out)
     chosen_from: Mapping[str, TrialRecord] = cache.group(job.group_key) if job.objective is not None else trials
@@ -302,10 +299,10 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
     if entry is None:
         if sel.winner is None:
             advice = no_eligible_advice(job.name, job.tolerance_name, trials, cands)
-            return JobPlan(job, "reselect", (advice,), (), reused, None, cands)
+            return JobPlan(job, "reselect", (advice,), (), reused, None, cands), False
         return JobPlan(job, "reselect", (f"every route is cached ({len(cands)}): select and lock, no builds",
                                          *([describe_requests(requests)] if requests else [])),
-                       (), reused, None, cands)
+                       (), reused, None, cands), False
     reasons = []
     if entry.group_key != job.group_key:
         reasons += stale_reasons(job, entry.keys or {}, entry.signature_fields) or [
@@ -329,8 +326,8 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         reasons.append(f"winner changed: {describe(entry.route or '')} -> "
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
-        return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands)
-    return replace(_engine_check(job, entry, root, reused, cands), settle=settle)
+        return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands), False
+    return _engine_check(job, entry, root, reused, cands), True
 
 
 def _objective_text(name: str | None, rank: str | None, limits: dict[str, Any] | None) -> str:
