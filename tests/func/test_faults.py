@@ -57,6 +57,19 @@ def statuses(cache: Path) -> list[str]:
         return [r[0] for r in db.execute("SELECT status FROM trials")]
 
 
+def statuses_so_far(cache: Path) -> list[str]:
+    """``statuses`` while apply may still be creating the cache: its schema is one transaction, so another
+    connection sees no table until it commits."""
+    if not cache.exists():
+        return []
+    try:
+        return statuses(cache)
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
+        return []
+
+
 @contextlib.contextmanager
 def tmpfs(where: Path, size: str = "64m") -> Iterator[Path]:
     """A real tmpfs at ``where`` (skips the test when this machine does not let us mount one)."""
@@ -187,7 +200,7 @@ def test_workers_exit_when_the_coordinator_is_killed(tmp_path: Path, tiny_models
         while time.monotonic() < deadline and proc.poll() is None:
             workers = children(proc.pid)
             # the default route is measured: the hanging route's build is under way
-            if workers and cache.exists() and statuses(cache):
+            if workers and statuses_so_far(cache):
                 break
             time.sleep(0.2)
         assert proc.poll() is None and workers, (workers, proc.poll())
