@@ -109,6 +109,34 @@ def test_a_migration_that_fails_midway_leaves_the_file_as_it_was(tmp_path: Path,
         assert cache.group_versions(["g"]) == {"g": 1}
 
 
+def test_two_processes_creating_one_cache_at_once_both_open_it(tmp_path: Path) -> None:
+    """The second waits for the first one's schema transaction, then finds the schema made (it read the version
+    before waiting: it must read it again, or it would create every table a second time)."""
+    import threading
+
+    from trt_routes.cache.schema import MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "c.sqlite"
+    first = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    first.execute("PRAGMA journal_mode = wal")
+    first.execute("BEGIN IMMEDIATE")  # the other process, midway through creating the schema
+    import sqlite_utils
+
+    other = sqlite_utils.Database(first)
+    for step in MIGRATIONS:
+        step(other)
+    first.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    timer = threading.Timer(0.5, lambda: first.execute("COMMIT"))
+    timer.start()
+    try:
+        with CacheStore(path) as cache:  # reads version 0, waits on the lock, then finds the schema made
+            cache.add_trial(rec(1))
+            assert cache.group_versions(["g"]) == {"g": 1}
+    finally:
+        timer.join()
+        first.close()
+
+
 def test_garbage_cache_file_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
     path.write_bytes(b"not a database" * 100)

@@ -90,19 +90,27 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 def migrate(db: sqlite_utils.Database, path: str) -> None:
     """Bring the database to SCHEMA_VERSION inside one transaction; refuse newer versions."""
-    current = db.execute("PRAGMA user_version").fetchone()[0]
-    if current > SCHEMA_VERSION:
-        raise CacheError(
-            f"{path}: trial cache schema version {current} is newer than this trt-routes understands "
-            f"({SCHEMA_VERSION})",
-            "upgrade trt-routes (pip install -U trt-routes), or point paths.cache at another file",
-        )
+    current = _version(db, path)
     if current == SCHEMA_VERSION:
         return
     with db.conn:  # commits, or rolls back on any error (a full disk midway leaves the file as it was)
         # one explicit transaction: Python's sqlite3 begins none for CREATE statements, and sqlite-utils
         # commits each statement run outside a transaction on its own
         db.execute("BEGIN IMMEDIATE")
+        # read again under the write lock: another process may have migrated the file while this one waited
+        current = _version(db, path)
         for step in MIGRATIONS[current:]:
             step(db)
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if current != SCHEMA_VERSION:
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _version(db: sqlite_utils.Database, path: str) -> int:
+    current = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if current > SCHEMA_VERSION:
+        raise CacheError(
+            f"{path}: trial cache schema version {current} is newer than this trt-routes understands "
+            f"({SCHEMA_VERSION})",
+            "upgrade trt-routes (pip install -U trt-routes), or point paths.cache at another file",
+        )
+    return current
