@@ -149,7 +149,7 @@ def run_model(args: argparse.Namespace) -> dict[str, Any]:
         try:
             runner = load_tuned(tuned, job)
             tuned["load"] = {**runner.compile_cache, "load_s": round(time.perf_counter() - t0, 1)}
-            if getattr(runner, "channels_last", False):
+            if runner.channels_last:
                 inputs_of["trt-routes"] = {k: v.contiguous(memory_format=torch.channels_last)
                                            if v.dim() == 4 and v.is_floating_point() else v for k, v in feeds.items()}
             compile_variant("trt-routes", runner.fn, runner.step_marker)

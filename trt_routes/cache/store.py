@@ -285,32 +285,31 @@ class CacheStore:
         """Routes with a trial in one job group (no row decoding: the cheap check plan needs)."""
         return {r[0] for r in self.db.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}
 
+    def _where_in(self, select: str, column: str, keys: Iterable[str]) -> Iterator[tuple[Any, ...]]:
+        """Rows of ``select ... WHERE column IN (keys)``, the keys sent in chunks under SQLite's variable limit."""
+        ordered = sorted(set(keys))
+        for i in range(0, len(ordered), 500):
+            chunk = ordered[i:i + 500]
+            yield from self.db.execute(f"{select} WHERE {column} IN ({', '.join('?' * len(chunk))})", chunk)
+
     @_guarded
     def group_versions(self, group_keys: Iterable[str]) -> dict[str, int]:
         """How many times each job group's rows changed (``schema._v4``'s triggers); 0 for a group never
         changed since the counting began."""
-        keys = sorted(set(group_keys))
-        out = dict.fromkeys(keys, 0)
-        for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
-            out.update(self.db.execute(f"SELECT group_key, version FROM group_state WHERE group_key IN "
-                                       f"({', '.join('?' * len(chunk))})", chunk).fetchall())
-        return out
+        keys = set(group_keys)
+        return {**dict.fromkeys(keys, 0),
+                **dict(self._where_in("SELECT group_key, version FROM group_state", "group_key", keys))}
 
     @_guarded
     def settled(self, fingerprints: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The settled plans (``plan.settled``) stored under these fingerprints, decoded; a row that does not
         decode is left out (a miss)."""
-        prints = sorted(set(fingerprints))
         out: dict[str, dict[str, Any]] = {}
-        for i in range(0, len(prints), 500):
-            chunk = prints[i:i + 500]
-            for fp, data in self.db.execute(f"SELECT fingerprint, data FROM settled WHERE fingerprint IN "
-                                            f"({', '.join('?' * len(chunk))})", chunk):
-                with contextlib.suppress(ValueError, TypeError):
-                    value = json.loads(data)
-                    if isinstance(value, dict):
-                        out[fp] = value
+        for fp, data in self._where_in("SELECT fingerprint, data FROM settled", "fingerprint", fingerprints):
+            with contextlib.suppress(ValueError, TypeError):
+                value = json.loads(data)
+                if isinstance(value, dict):
+                    out[fp] = value
         return out
 
     @_guarded

@@ -77,7 +77,6 @@ class Settled:
         """``root``: the project's folder (paths inside it count relative to it: a project moved or checked out
         elsewhere keeps its settled plans). ``winners``: every job's current winner, read once
         (``plan.diff.make_plan``)."""
-        self.cache = cache
         self.root = root
         self._shared: dict[int, Any] = {}  # objects jobs share (a catalog): identified once
         live = [j for j in jobs if not j.blocked and j.name in lock.jobs]
