@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from trt_routes import canonical
@@ -119,9 +120,10 @@ class Catalog:
                                     k["default"], k["help"], k["phase"], minimum=int(k["minimum"]),
                                     maximum=int(k["maximum"])) for k in data["knobs"]))
 
-    @property
+    @cached_property
     def digest(self) -> str:
-        """Hash of everything that gives routes their meaning (help text excluded)."""
+        """Hash of everything that gives routes their meaning (help text excluded). Computed once per
+        catalog (it is frozen): every job of a backend shares one, and a 200-job plan asked 200 times."""
         data = self.to_json()
         data["knobs"] = [{"option": k.option, "values": list(k.values) if k.values is not None else None,
                           "default": k.default, "phase": k.phase} for k in self.knobs]

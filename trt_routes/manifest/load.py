@@ -17,6 +17,7 @@ from trt_routes.manifest.positions import (
     KeyPath,
     Parts,
     Position,
+    compose,
     construct,
     dotted,
     index_positions,
@@ -84,10 +85,8 @@ def load_manifest(path: Path | str) -> LoadedManifest:
     text = _read(given)
     resolved = given.resolve()
 
-    loader: yaml.SafeLoader | None = None
     try:
-        loader = yaml.SafeLoader(text)
-        root = loader.get_single_node()
+        root = compose(text)
     except yaml.MarkedYAMLError as exc:
         raise _yaml_error(resolved, text, exc) from None
     except yaml.reader.ReaderError as exc:  # a control character: no mark, only an offset
@@ -100,9 +99,6 @@ def load_manifest(path: Path | str) -> LoadedManifest:
         raise ManifestError("the manifest is nested too deeply to read",
                             "flatten it: tuning.yaml needs a handful of levels",
                             path=shown(resolved)) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
 
     if not isinstance(root, yaml.MappingNode):
         where = (root.start_mark.line + 1, root.start_mark.column + 1) if root is not None else (1, 1)
