@@ -140,6 +140,8 @@ def run_model(args: argparse.Namespace) -> dict[str, Any]:
         outputs["eager"] = base(**feeds).float().clone()
     compile_variant("default", torch.compile(copy.deepcopy(base)), False)
     for mode in MODES:
+        if mode in args.skip_modes:
+            continue
         compile_variant(mode, torch.compile(copy.deepcopy(base), mode=mode), "no-cudagraphs" not in mode
                         and mode != "default")
     wait = args.wait_lock if not args.stop_at else max(0.0, min(args.wait_lock, args.stop_at - 75 - time.time()))
@@ -248,6 +250,9 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--wait-lock", type=float, default=0.0)
     ap.add_argument("--tune-wall-s", type=float)
+    ap.add_argument("--skip-modes", nargs="*", default=[], choices=MODES,
+                    help="named modes not compiled or timed (their autotuning would share the GPU with a tuning "
+                         "that runs beside this script); the best named mode is then the best of the others")
     ap.add_argument("--budget", type=float, default=0.0, help="seconds for the whole run: waiting for a lock "
                     "stops 75 s before, and models not done by then are reported as unfinished")
     ap.add_argument("--stop-at", type=float, default=0.0, help=argparse.SUPPRESS)  # a worker's absolute deadline
@@ -271,6 +276,8 @@ def main() -> int:
                "--out", str(out_dir / f"{name}.json"), "--stop-at", str(stop_at)]
         if args.work:
             cmd += ["--work", str(args.work)]
+        if args.skip_modes:
+            cmd += ["--skip-modes", *args.skip_modes]
         procs.append((name, subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})))
     results = []
     for name, p in procs:
