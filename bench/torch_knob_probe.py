@@ -45,12 +45,38 @@ reduce-overhead draws.
 combined (channels_last, coordinate descent over all directions), with freezing, cudnn.benchmark and
 max-autotune with channels_last.
 
+``--plan extra`` (the third call; by default the three transformers, where the first call found nothing above
+~1%) tries the settings of issue 17's list that the first call did not, each once, against reduce-overhead
+drawn three times and max-autotune:
+
+* on top of ``triton.cudagraphs=True``: ``split_reductions=False``, ``triton.persistent_reductions=False``,
+  ``triton.multi_kernel=1``, ``max_fusion_size`` 8 and 256 (default 64), ``layout_optimization=False``,
+  padding off (``shape_padding`` and ``comprehensive_padding`` False), ``pad_outputs=True``,
+  ``force_shape_pad=True``;
+* runtime settings with reduce-overhead, set around the compile and every call (so also around the CUDA-graph
+  recording): cuBLASLt as aten's BLAS library (``torch.backends.cuda.preferred_blas_library("cublaslt")``),
+  fp16 accumulation in cuBLAS's fp16 matmuls (``torch.backends.cuda.matmul.allow_fp16_accumulation=True``, a
+  precision setting: read its cosine distance), and both together;
+* on top of max-autotune's config (``max_autotune``, ``triton.cudagraphs``, ``coordinate_descent_tuning``),
+  where the setting acts only when GEMMs are autotuned: ``max_autotune_gemm_backends="TRITON"`` (the default
+  is ``"ATEN,TRITON,CPP"``), ``epilogue_fusion=False``, and ``max_autotune_gemm_search_space="EXHAUSTIVE"``,
+  whose estimate is 4x max-autotune's compile: its helper starts, and the compile deadline stops it if it is
+  not done (reported as cut), rather than the call running out. On the H200 (2026-12-02) it was cut on all
+  three models, and its helpers, Triton-compiling from the start, made the other compiles about 2-4x slower, so
+  several cheap variants were cut too: give it a call of its own (``--only exhaustive``), or leave it out
+  (``--only`` with the other names).
+
+A max-autotune variant's estimate is its ``cost`` times the model's max-autotune compile time. Helpers are
+stopped as soon as the compile deadline has passed (their model's process has stopped waiting for them).
+
 Output: ``knobprobe-<model>.json`` per model (rewritten after every round, so a cut run keeps what it has)
 and ``knobprobe-table.md`` under ``--out``; the table is printed too.
 
     python bench/torch_knob_probe.py --budget 560 --out $OUT          # the H200 run (five models)
     python bench/torch_knob_probe.py --tiny --budget 240 --out /tmp/kp  # self-check: small plain-torch models
                                                                        # (CPU where no GPU)
+    python bench/torch_knob_probe.py --plan extra --budget 555 --out $OUT  # the third H200 call (transformers)
+    python bench/torch_knob_probe.py --plan extra --tiny --models tiny-attn --budget 300 --out /tmp/kpx
 """
 
 from __future__ import annotations
@@ -254,11 +280,64 @@ def confirm_variants() -> list[Variant]:
                     layout="channels_last")]
 
 
+MA = {"max_autotune": True, "triton.cudagraphs": True, "coordinate_descent_tuning": True}  # the mode's config
+EXTRA_MODELS = ("vit-base", "bert-base", "gpt2")
+
+
+def extra_variants() -> list[Variant]:
+    """The third call's plan (``--plan extra``, for the transformers): the settings of issue 17's list that
+    the first call did not try, each once, against three reduce-overhead draws and max-autotune. On top of
+    reduce-overhead's CUDA graphs: no split reductions, no persistent reductions, multi-kernel, max_fusion_size
+    8 and 256, no layout optimization, padding off / outputs padded / shape padding forced, and the runtime
+    settings cuBLASLt as the BLAS library and fp16 accumulation in cuBLAS matmuls (alone and together; a
+    precision setting: see its cosine distance). On top of max-autotune's config (they act only where GEMMs
+    are autotuned): the EXHAUSTIVE GEMM search space, Triton as the only GEMM backend, no epilogue fusion."""
+    ro = "mode=reduce-overhead"
+
+    def knob(name: str, options: dict[str, Any], cost: float = 1.0) -> Variant:
+        words = " + ".join(f"{k}={v!r}" for k, v in options.items())
+        return Variant(f"ro+{name}", f"cudagraphs + {words}", "knob", options={**RO, **options}, cost=cost)
+
+    def autotune(name: str, options: dict[str, Any], cost: float = 1.0) -> Variant:
+        words = " + ".join(f"{k}={v!r}" for k, v in options.items())
+        return Variant(f"max-autotune+{name}", f"max-autotune's options + {words}", "autotune",
+                       options={**MA, **options}, cost=cost)
+
+    def runtime(name: str, context: str, words: str) -> Variant:
+        return Variant(f"ro+{name}", f"{ro}, {words}", "runtime", mode="reduce-overhead", context=context)
+
+    return [Variant("eager", "no compile", "eager"),
+            Variant("reduce-overhead#1", ro, "mode", mode="reduce-overhead"),
+            knob("no_split_reductions", {"split_reductions": False}),
+            knob("multi_kernel", {"triton.multi_kernel": 1}, cost=1.5),
+            runtime("cublaslt", "blas:cublaslt", 'torch.backends.cuda.preferred_blas_library("cublaslt")'),
+            knob("max_fusion_size_8", {"max_fusion_size": 8}),
+            Variant("reduce-overhead#2", f"{ro} (2nd compile)", "mode", mode="reduce-overhead"),
+            knob("no_layout_opt", {"layout_optimization": False}),
+            knob("no_padding", {"shape_padding": False, "comprehensive_padding": False}),
+            runtime("fp16_accum", "fp16_accum", "torch.backends.cuda.matmul.allow_fp16_accumulation=True"),
+            knob("pad_outputs", {"pad_outputs": True}),
+            knob("force_shape_pad", {"force_shape_pad": True}),
+            Variant("reduce-overhead#3", f"{ro} (3rd compile)", "mode", mode="reduce-overhead"),
+            knob("no_persistent_reductions", {"triton.persistent_reductions": False}),
+            knob("max_fusion_size_256", {"max_fusion_size": 256}),
+            runtime("cublaslt+fp16_accum", "blas:cublaslt+fp16_accum", "cuBLASLt and fp16 accumulation"),
+            Variant("max-autotune", "mode=max-autotune", "autotune", mode="max-autotune"),
+            autotune("gemm_backends_TRITON", {"max_autotune_gemm_backends": "TRITON"}),
+            autotune("no_epilogue_fusion", {"epilogue_fusion": False}),
+            # many times the default's GEMM configs per shape: minutes of Triton compiles per model. Estimated at 4x
+            # max-autotune's compile, so its helper still starts (it needs half its estimate before the compile
+            # deadline) and is stopped there if not done; the model's process waits for it until then.
+            autotune("exhaustive", {"max_autotune_gemm_search_space": "EXHAUSTIVE"}, cost=4.0)]
+
+
 def plan_variants(spec: ModelSpec, tma: bool, plan: str = "probe") -> list[Variant]:
     """Cheap ones first (the reduce-overhead draws spread among them, so they compile under the same load as
     the knobs), the costlier tuning knobs next, the max-autotune ones last."""
     if plan == "confirm":
         return confirm_variants()
+    if plan == "extra":
+        return extra_variants()
     v: list[Variant] = [Variant("eager", "no compile", "eager"),
                         Variant("reduce-overhead#1", "mode=reduce-overhead", "mode", mode="reduce-overhead"),
                         Variant("ro+combo_kernels", "cudagraphs + combo_kernels=True", "knob",
@@ -370,14 +449,61 @@ def cache_scope(directory: Path) -> Iterator[None]:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = old_dir
 
 
-def variant_context(v: Variant) -> contextlib.AbstractContextManager[Any]:
-    if v.context == "cudnn_benchmark":
-        return cudnn_benchmark(True)
-    if v.context and v.context.startswith("sdpa:"):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+@contextlib.contextmanager
+def blas_library(name: str) -> Iterator[None]:
+    """``torch.backends.cuda.preferred_blas_library(name)`` (aten's matmuls: cuBLAS or cuBLASLt), restored."""
+    import torch
 
-        return sdpa_kernel(getattr(SDPBackend, v.context.split(":", 1)[1]))
-    return contextlib.nullcontext()
+    old = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library(name)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(old)
+
+
+@contextlib.contextmanager
+def fp16_accumulation(on: bool) -> Iterator[None]:
+    """``torch.backends.cuda.matmul.allow_fp16_accumulation`` (cuBLAS fp16 GEMMs accumulate in fp16), restored."""
+    import torch
+
+    old = torch.backends.cuda.matmul.allow_fp16_accumulation
+    torch.backends.cuda.matmul.allow_fp16_accumulation = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_fp16_accumulation = old
+
+
+def missing_context(v: Variant) -> str | None:
+    """Why this torch cannot set the variant's runtime setting(s), or None."""
+    import torch
+
+    for part in (v.context or "").split("+"):
+        if part == "fp16_accum" and not hasattr(torch.backends.cuda.matmul, "allow_fp16_accumulation"):
+            return "torch.backends.cuda.matmul.allow_fp16_accumulation not in this torch"
+        if part.startswith("blas:") and not hasattr(torch.backends.cuda, "preferred_blas_library"):
+            return "torch.backends.cuda.preferred_blas_library not in this torch"
+    return None
+
+
+def variant_context(v: Variant) -> contextlib.AbstractContextManager[Any]:
+    """The variant's runtime settings (``context``, parts joined by "+"), around its compile and every call."""
+    stack = contextlib.ExitStack()
+    for part in (v.context or "").split("+"):
+        if part == "cudnn_benchmark":
+            stack.enter_context(cudnn_benchmark(True))
+        elif part.startswith("sdpa:"):
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel(getattr(SDPBackend, part.split(":", 1)[1])))
+        elif part.startswith("blas:"):
+            stack.enter_context(blas_library(part.split(":", 1)[1]))
+        elif part == "fp16_accum":
+            stack.enter_context(fp16_accumulation(True))
+        elif part:
+            raise ValueError(f"unknown runtime setting {part!r}")
+    return stack
 
 
 _BOILERPLATE = ("TORCHDYNAMO_VERBOSE", "TORCH_LOGS", "from user code", "Hint:", "Developer debug context",
@@ -500,11 +626,16 @@ def worker(args: argparse.Namespace) -> int:
             v.status, v.error = "skipped", f"option(s) not in this torch's inductor config: {', '.join(missing)}"
             log(f"{v.name}: skipped ({v.error})")
             continue
+        why = missing_context(v)
+        if why:
+            v.status, v.error = "skipped", why
+            log(f"{v.name}: skipped ({v.error})")
+            continue
         if v.layout == "channels_last" and len(spec.dims) != 4:
             v.status, v.error = "skipped", "channels_last needs a 4-d input"
             continue
         if v.group == "autotune":
-            v.est_s = MAX_AUTOTUNE_EST_S.get(spec.name, 60.0 if args.tiny else 150.0)
+            v.est_s = v.cost * MAX_AUTOTUNE_EST_S.get(spec.name, 60.0 if args.tiny else 150.0)
         else:
             # a plain compile's time: the median of those done after the first (which also warms up)
             base_s = statistics.median(plain_s[1:]) if len(plain_s) > 1 else (plain_s[0] if plain_s else 30.0)
@@ -818,15 +949,17 @@ def main() -> int:
     ap.add_argument("--peers", nargs="*", default=[], help=argparse.SUPPRESS)
     ap.add_argument("--prebuild-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--prebuild-variant", help=argparse.SUPPRESS)
-    ap.add_argument("--plan", choices=("probe", "confirm"), default="probe",
-                    help="probe: every knob once (first call); confirm: the CNN candidates again, twice each")
+    ap.add_argument("--plan", choices=("probe", "confirm", "extra"), default="probe",
+                    help="probe: every knob once (first call); confirm: the CNN candidates again, twice each; "
+                    "extra: the settings of issue 17 the probe did not try (default models: the three "
+                    "transformers)")
     args = ap.parse_args()
     if args.worker:
         return worker(args)
 
     t0 = time.time()
-    names = args.models or (["tiny-cnn", "tiny-attn"] if args.tiny else
-                            ["convnext-tiny", "vit-base", "resnet50", "bert-base", "gpt2"])
+    names = args.models or (["tiny-cnn", "tiny-attn"] if args.tiny else list(EXTRA_MODELS) if args.plan == "extra"
+                            else ["convnext-tiny", "vit-base", "resnet50", "bert-base", "gpt2"])
     args.out.mkdir(parents=True, exist_ok=True)
     run_dir = Path(f"/tmp/knobprobe-{os.getpid()}")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -871,7 +1004,9 @@ def main() -> int:
         p.wait()
 
     while any(p.poll() is None for _, p in procs) and time.time() < stop_at + 5:
-        if time.time() > compile_deadline + 5:
+        # the model's process stops waiting for a helper at the compile deadline, so a later result is unused;
+        # stop it at once, or its autotuning benchmarks would share the GPU with the first timed rounds
+        if time.time() > compile_deadline + 1:
             for name, h in helpers:
                 if h.poll() is None:
                     stop(f"{name} helper", h, "max-autotune helper still compiling after the compile deadline")
