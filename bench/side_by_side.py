@@ -15,7 +15,15 @@ another engine's time), and the worst challenger's median. Also a true differenc
 variant still sees one: the same model with ``-intra_op_num_threads=1`` against the default, alone (each in a
 fresh process-local session, as a trial times it) and side by side.
 
-Run: python bench/side_by_side.py [--model resnet-like] [--shape bs8] [--rounds 15] [--repeats 3]"""
+``--layouts``: instead, the two layouts of the confirmation's turns on the same A/A engines, reloaded each turn,
+interleaved per repeat: **adjacent** (B C1 B C2 B C3 B ...: design "sequential-1", one baseline turn per
+challenger turn) and **shared** (C1 B C2, C3 B C1, ...: ``confirm.run_sequential`` since design
+"sequential-2", one baseline turn for two challenger turns), each for ``rounds`` full rounds (no stopping).
+Per layout: the A/A ratio median, the medians of the ratios whose challenger turn came before its baseline turn
+and after it (a turn's position must not tilt a ratio), the share off by > 25%, the worst challenger's median,
+and the turns per ratio.
+
+Run: python bench/side_by_side.py [--model resnet-like] [--shape bs8] [--rounds 15] [--repeats 3] [--layouts]"""
 
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ from trt_routes.execute.remeasure import run_remeasure  # noqa: E402
 from trt_routes.execute.tasks import RemeasureTask  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.routes import parse_route  # noqa: E402
-from trt_routes.selection import Remeasurement, schedule  # noqa: E402
+from trt_routes.selection import Remeasurement, run_sequential, schedule  # noqa: E402
 
 
 class KeptSessions(OnnxRuntimeBackend):
@@ -76,13 +84,30 @@ def engines(job_name: str, routes: dict[str, str], work: Path) -> tuple[BlobStor
     return store, out, store.put_arrays(feeds)
 
 
+class NeverStops:
+    """A stand-in for ``confirm.Stopping`` that decides nothing, so ``run_sequential`` lays out ``rounds`` full
+    rounds of its turns (the two attributes it reads)."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+
+    def verdict(self, ratios: list[float]) -> tuple[None, int]:
+        return None, len(ratios)
+
+
+def shared_order(baseline: str, challengers: list[str], rounds: int) -> tuple[str, ...]:
+    """The turns ``run_sequential`` takes when no challenger is decided early (C1 B C2, C3 B C1, ...)."""
+    return tuple(r for r, _ in run_sequential(baseline, challengers, NeverStops(rounds),  # type: ignore[arg-type]
+                                              lambda route, k: 1.0))
+
+
 def remeasure(backend: str, store: BlobStore, built: dict[str, Any], inputs: str, rounds: int,
-              iterations: int) -> Remeasurement:
+              iterations: int, order: tuple[str, ...] | None = None) -> Remeasurement:
     labels = list(built)
     task = RemeasureTask(backend=backend, spec=built[labels[0]][0], store_root=str(store.root), inputs_sha=inputs,
                          engines=tuple((label, spec, sha) for label, (spec, sha) in built.items()),
-                         order=tuple(schedule(labels[0], labels[1:], rounds)), iterations=iterations, warmup=10,
-                         settle=SettleSpec())
+                         order=order or tuple(schedule(labels[0], labels[1:], rounds)), iterations=iterations,
+                         warmup=10, settle=SettleSpec())
     result = run_remeasure(task)
     assert result.status == "ok", result.error
     return Remeasurement(labels[0], tuple(labels[1:]), tuple((r, float(t)) for r, t in result.meta["slots"]))
@@ -95,6 +120,50 @@ def summary(ms: list[Remeasurement]) -> tuple[float, float, float]:
     return statistics.median(ratios), off, worst
 
 
+def positioned(m: Remeasurement) -> tuple[list[float], list[float]]:
+    """A/A ratios whose challenger turn came before its baseline turn, and those after it."""
+    before, after = [], []
+    for i, (route, t) in enumerate(m.slots):
+        if route == m.baseline:
+            continue
+        if i > 0 and m.slots[i - 1][0] == m.baseline:
+            after.append(t / m.slots[i - 1][1])
+        elif i + 1 < len(m.slots) and m.slots[i + 1][0] == m.baseline:
+            before.append(t / m.slots[i + 1][1])
+    return before, after
+
+
+def layouts(job: str, rounds: int, iterations: int, repeats: int) -> None:
+    """``--layouts``: adjacent against shared baseline turns on A/A engines (see the module docstring)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        store, aa, inputs = engines(job, {"A": "", "B": "", "C": "", "D": ""}, Path(tmp) / "aa")
+        labels = list(aa)
+        orders = {"adjacent": tuple(schedule(labels[0], labels[1:], rounds)),
+                  "shared": shared_order(labels[0], labels[1:], rounds)}
+        runs: dict[str, list[Remeasurement]] = {name: [] for name in orders}
+        for _ in range(repeats):  # the layouts alternate, so drift of the host hits both
+            for name, order in orders.items():
+                runs[name].append(remeasure("onnxruntime", store, aa, inputs, rounds, iterations, order))
+    print("\n| layout | turns per ratio | A/A ratio median | challenger before / after its baseline turn | "
+          "off by > 25% | worst challenger median |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    last = []
+    for name, ms in runs.items():
+        med, off, worst = summary(ms)
+        before = [x for m in ms for x in positioned(m)[0]]
+        after = [x for m in ms for x in positioned(m)[1]]
+        ratios = len(before) + len(after)
+        per = sum(len(m.slots) for m in ms) / max(1, ratios)
+        b = f"{statistics.median(before):.3f}" if before else "-"
+        print(f"| {name} | {per:.2f} | {med:.3f} | {b} / {statistics.median(after):.3f} ({len(before)} / "
+              f"{len(after)}) | {off:.0%} | {worst:.3f} |")
+        last.append(f"{name}_median={med:.3f} {name}_worst={worst:.3f} {name}_turns_per_ratio={per:.2f}")
+    print(f"\n{time.perf_counter() - t0:.0f} s. Expected: both at 1.00, before and after alike, shared at 1.5 turns "
+          "per ratio against 2.")
+    print(" ".join(last))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet-like")
@@ -102,9 +171,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--layouts", action="store_true", help="compare the turns' layouts instead (see above)")
     args = ap.parse_args()
     job = f"{args.model}/{args.shape}/cpu"
     t0 = time.perf_counter()
+    if args.layouts:
+        print(f"# bench/side_by_side.py --layouts ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {job}, "
+              f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
+              f"load {os.getloadavg()[0]:.2f})")
+        layouts(job, args.rounds, args.iterations, args.repeats)
+        return
     print(f"# bench/side_by_side.py ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {job}, "
           f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.2f})")
     with tempfile.TemporaryDirectory() as tmp:

@@ -233,3 +233,39 @@ def test_turns_are_sized_by_the_noise_within_the_baseline_trials_repeats(
         rows = [r for job in project.jobs for r in facts.remeasurements_for(cache, job.group_key)]
     assert rows and all(r["meta"]["slot_iterations"] == CONFIRM["iterations"] for r in rows), \
         [r["meta"]["slot_iterations"] for r in rows]
+
+
+def test_re_measurements_of_the_earlier_layout_are_read_not_measured_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache written before baseline turns were shared (design "sequential-1": B C1 B C2 B ..., keyed by
+    that design) plans up to date and applies without a re-measurement: its ratios mean what the current
+    layout's mean, so upgrading trt-routes re-measures nothing."""
+    from trt_routes.manifest.schema import Confirm
+    from trt_routes.selection.confirm import Remeasurement, remeasure_key
+
+    land = landscape(tmp_path / "l.json", {"": 1.0, "-x=1": 0.8, "-y=1": 0.97, "-x=1 -y=1": 0.85})
+    manifest = replay_project(tmp_path / "p", land, mode="adaptive")
+    use(monkeypatch, manifest, land)
+    assert apply(open_project(manifest)).exit_code == 0
+    before = locked(manifest)
+    settings = Confirm(**CONFIRM)
+    project = open_project(manifest)
+    with project.open_cache() as cache, cache.db.conn:
+        rows = list(cache.db.execute("SELECT key, group_key, data FROM remeasurements"))
+        assert rows
+        for key, group, data in rows:
+            m = Remeasurement.from_json(json.loads(data))
+            assert key == remeasure_key(group, m.baseline, m.challengers, settings)
+            slots: list[tuple[str, float]] = []  # the earlier layout, the same ratios in the same order
+            for c in m.challengers:
+                for r in m.paired_ratios(c):
+                    slots += [(m.baseline, 1.0), (c, r)]
+            old = Remeasurement(m.baseline, m.challengers, ((m.baseline, 1.0), *slots[1:]) if slots else (), m.meta)
+            for c in m.challengers:
+                assert old.paired_ratios(c) == pytest.approx(m.paired_ratios(c))
+            cache.db.execute("UPDATE remeasurements SET key = ?, data = ? WHERE key = ?",
+                             [remeasure_key(group, m.baseline, m.challengers, settings, design="sequential-1"),
+                              json.dumps(old.to_json()), key])
+    assert set(plan_actions(manifest)) == {"up-to-date"}
+    again = apply(open_project(manifest))
+    assert again.built == 0 and remeasurements(manifest) == len(rows) and locked(manifest) == before

@@ -299,3 +299,57 @@ def test_the_spread_within_repeats_leaves_out_the_drift_between_them() -> None:
     assert overall is not None and within is not None
     assert overall > 0.05 and within < 0.005
     assert spread_of(samples, block=200) == overall  # fewer than two repeats: the overall spread
+
+
+def _pairs(slots: list[tuple[str, float]], baseline: str = "") -> dict[str, list[tuple[int, int]]]:
+    """(challenger slot, its baseline slot) per challenger, by the rule ``paired_ratios`` reads."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for i, (r, _) in enumerate(slots):
+        if r == baseline:
+            continue
+        j = i - 1 if i > 0 and slots[i - 1][0] == baseline else i + 1
+        assert j < len(slots) and slots[j][0] == baseline, f"slot {i} ({r}) has no baseline turn beside it"
+        out.setdefault(r, []).append((i, j))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_two_challengers_share_one_baseline_turn_and_never_their_own(seed: int) -> None:
+    """C1 B C2: 1.5 turns per ratio while two or more challengers are open, 2 for the last one alone; every
+    challenger turn sits beside a baseline turn that no other turn of the same challenger uses, so each
+    challenger's ratios are independent; each goes before its baseline turn about as often as after it."""
+    from trt_routes.selection.confirm import Stopping, run_sequential
+
+    rng = np.random.default_rng(seed)
+    routes = ("-a=1", "-b=1", "-c=1")
+    times = {"": 1.0, "-a=1": 0.9, "-b=1": 1.0, "-c=1": 1.0}  # one clear winner, two A/A twins
+    slots = run_sequential("", routes, Stopping.of(Confirm(candidates=3, margin=0.02, rounds=15), 3),
+                           lambda r, k: times[r] * float(np.exp(rng.normal(0, 0.02))))
+    pairs = _pairs(slots)
+    m = Remeasurement("", routes, tuple(slots))
+    for route, ps in pairs.items():
+        assert len({b for _, b in ps}) == len(ps)  # no baseline turn serves one challenger twice
+        assert m.paired_ratios(route) == [slots[c][1] / slots[b][1] for c, b in ps]
+        before = sum(1 for c, b in ps if c < b)
+        assert abs(before - (len(ps) - before)) <= max(2, len(ps) // 3)
+    ratios = sum(len(ps) for ps in pairs.values())
+    uses = [b for ps in pairs.values() for _, b in ps]
+    shared = sum(1 for b in set(uses) if uses.count(b) == 2)
+    assert sum(1 for r, _ in slots if r == "") == len(set(uses))  # every baseline turn serves a ratio
+    assert shared >= 1 and len(set(uses)) == ratios - shared  # each shared turn saves one
+    assert len(slots) < 1 + 2 * ratios  # fewer turns than baseline-between-every-slot for the same ratios
+    assert decide(m, Confirm(candidates=3, margin=0.02, rounds=15)).winner == "-a=1"
+
+
+def test_records_of_the_earlier_layout_read_as_they_were_measured() -> None:
+    """A "sequential-1" record (B C1 B C2 B ...: every challenger slot after its baseline slot) pairs as
+    before, and its key stays readable (``READ_DESIGNS``) beside the current design's."""
+    from trt_routes.selection.confirm import DESIGN, READ_DESIGNS
+
+    old = Remeasurement("", ("-a=1", "-b=1"), (("", 1.0), ("-a=1", 0.9), ("", 1.1), ("-b=1", 1.21), ("", 1.0),
+                                               ("-b=1", 1.05), ("", 1.0), ("-a=1", 0.95)))
+    assert old.paired_ratios("-a=1") == pytest.approx([0.9, 0.95])
+    assert old.paired_ratios("-b=1") == pytest.approx([1.1, 1.05])
+    assert READ_DESIGNS[0] == DESIGN and "sequential-1" in READ_DESIGNS
+    keys = {remeasure_key("g", "", ["-a=1"], Confirm(), design=d) for d in READ_DESIGNS}
+    assert len(keys) == len(READ_DESIGNS) and remeasure_key("g", "", ["-a=1"], Confirm()) in keys

@@ -2,8 +2,8 @@
 default route unless the manifest names one: ``baseline:``, a route or a backend preset).
 
 After the search, the best few eligible routes are re-measured interleaved with a baseline (the default
-route, or the job's locked winner) in one worker: B C1 B C2 B C3 B C1 ... Each challenger slot is paired
-with the baseline slot just before it, which cancels drift; the median of those paired time ratios, with
+route, or the job's locked winner) in one worker: C1 B C2, C3 B C1, ... (``run_sequential``). Each challenger
+slot is paired with the baseline slot next to it, which cancels drift; the median of those paired time ratios, with
 a distribution-free interval, decides. Pure: re-measurements are data (``Remeasurement``); ``resolve`` asks for the
 ones it lacks through a lookup and returns the requests, so plan, apply and explain agree.
 
@@ -61,11 +61,20 @@ class Remeasurement:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def paired_ratios(self, route: str) -> list[float]:
-        """``route``'s slot time over the baseline slot just before it, per slot. Each baseline slot is
-        paired with one challenger slot only, so the ratios are independent when the slots are."""
-        return [t / self.slots[i - 1][1] for i, (r, t) in enumerate(self.slots)
-                if r == route and i > 0 and self.slots[i - 1][0] == self.baseline and t > 0
-                and self.slots[i - 1][1] > 0]
+        """``route``'s slot time over its baseline slot, per slot, in the order measured. A challenger slot's
+        baseline slot is the one just before it, or else the one just after it (``run_sequential`` puts two
+        challengers around one baseline turn: C B C). A baseline slot is paired with at most one slot of each
+        challenger, so each challenger's ratios are independent when the slots are."""
+        slots, base = self.slots, self.baseline
+        out = []
+        for i, (r, t) in enumerate(slots):
+            if r != route or t <= 0:
+                continue
+            j = i - 1 if i > 0 and slots[i - 1][0] == base else \
+                i + 1 if i + 1 < len(slots) and slots[i + 1][0] == base else None
+            if j is not None and slots[j][1] > 0:
+                out.append(t / slots[j][1])
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "challengers": list(self.challengers),
@@ -294,28 +303,55 @@ class Stopping:
 
 def run_sequential(baseline: str, challengers: Sequence[str], stopping: Stopping,
                    measure: Callable[[str, int], float]) -> list[tuple[str, float]]:
-    """The side-by-side schedule with sequential stopping, as the worker (and the replayed bench) run it:
-    B, then per round each undecided challenger (rotated as ``schedule`` rotates them) followed by B.
-    ``measure(route, round)`` times one turn and returns its median; the slots come back in order."""
-    slots = [(baseline, measure(baseline, 0))]
+    """The side-by-side schedule with sequential stopping, as the worker (and the replayed bench) run it.
+    ``measure(route, round)`` times one turn and returns its median; the slots come back in order.
+
+    While two or more challengers are undecided, one baseline turn serves two of them, one just before it
+    and one just after: C1 B C2, C3 B C1, C2 B C3, ... (1.5 turns per ratio where B C1 B C2 B took 2). The
+    last undecided challenger alternates B C and C B (B C C B B C ...). Each ratio pairs adjacent turns, and
+    no baseline turn serves one challenger twice, so each challenger's ratios stay independent. The next
+    challengers are the ones with the fewest turns (rotated as ``schedule`` rotates them), and each goes
+    before its baseline turn about as often as after it, so a drift tilts half its ratios one way and half
+    the other. A challenger leaves the rotation as soon as ``stopping`` decides it."""
+    n = len(challengers)
     ratios: dict[str, list[float]] = {c: [] for c in challengers}
+    lead = dict.fromkeys(challengers, 0)  # turns before its baseline turn minus turns after it
+    turns = dict.fromkeys(challengers, 0)  # bounds the loop even where a turn measures nothing
     open_ = list(challengers)
-    for k in range(stopping.rounds):
-        if not open_:
-            break
-        for j in range(len(challengers)):
-            route = challengers[(j + k) % len(challengers)]
-            if route not in open_:
-                continue
-            t = measure(route, k)
-            prev = slots[-1][1]
-            slots.append((route, t))
-            if t > 0 and prev > 0:
-                ratios[route].append(t / prev)
-            if stopping.verdict(ratios[route])[0] is not None:
-                open_.remove(route)
-            if open_:  # the next challenger's baseline turn (none after the last decision)
-                slots.append((baseline, measure(baseline, k)))
+    slots: list[tuple[str, float]] = []
+
+    def turn(route: str, k: int) -> float:
+        t = measure(route, k)
+        slots.append((route, t))
+        return t
+
+    def record(route: str, t: float, b: float, before: bool) -> None:
+        turns[route] += 1
+        lead[route] += 1 if before else -1
+        if t > 0 and b > 0:
+            ratios[route].append(t / b)
+        if stopping.verdict(ratios[route])[0] is not None or turns[route] >= stopping.rounds:
+            open_.remove(route)
+
+    while open_:
+        k = min(turns[c] for c in open_)
+        nxt = sorted(open_, key=lambda c: (turns[c], (challengers.index(c) - k) % n))
+        if len(nxt) == 1:
+            c = nxt[0]
+            if lead[c] < 0 and (not slots or slots[-1][0] != baseline):  # C B, never right after a B
+                t = turn(c, k)
+                record(c, t, turn(baseline, k), True)
+            else:
+                b = turn(baseline, k)
+                record(c, turn(c, k), b, False)
+            continue
+        x, y = nxt[0], nxt[1]
+        if lead[y] < lead[x]:
+            x, y = y, x
+        tx = turn(x, k)
+        b = turn(baseline, k)
+        record(x, tx, b, True)
+        record(y, turn(y, k), b, False)
     return slots
 
 
@@ -379,8 +415,13 @@ class Request:
 
 
 #: The re-measurement's design, part of its cache key: "sequential-1" slots stop as ``Stopping`` decides,
-#: so they are not the fixed-length rounds of earlier versions (which read them under other keys).
-DESIGN = "sequential-1"
+#: so they are not the fixed-length rounds of earlier versions (which read them under other keys);
+#: "sequential-2" puts two challengers around one baseline turn (C B C, ``run_sequential``), which versions
+#: that pair a challenger only with the turn before it would read wrong, hence a key of its own.
+DESIGN = "sequential-2"
+#: Designs whose stored records this version reads (``Remeasurement.paired_ratios`` pairs both layouts alike:
+#: every "sequential-1" challenger slot follows its baseline slot), newest first; only ``DESIGN`` is written.
+READ_DESIGNS = (DESIGN, "sequential-1")
 #: The turns' engines were loaded afresh for each turn (``Backend.reload_each_turn``: ONNX Runtime), not kept
 #: loaded side by side; part of the key, so records measured with kept sessions (which slowed each other on
 #: small hosts) are not read as these.
@@ -388,15 +429,16 @@ TURNS_RELOAD = "reload-1"
 
 
 def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], settings: Confirm,
-                  rule: bool = False, statistic: str = "p50", turns: str = "") -> str:
+                  rule: bool = False, statistic: str = "p50", turns: str = "", design: str = DESIGN) -> str:
     """Cache key of a re-measurement: the job group, the routes and the re-measurement protocol. Not the
     margin or confidence: a stored record is reused under another rule wherever it decides every challenger
     under that rule too (``decides``; each challenger's ratios are a sequence any stopping rule may read).
     ``rule``: the key of a record measured because the rule-free one did not decide under this rule (then
     margin, confidence and the error cap are part of it). ``turns``: ``TURNS_RELOAD`` for a backend whose
-    turns load their engine afresh (keys of other backends read as before)."""
+    turns load their engine afresh (keys of other backends read as before). ``design``: an older one of
+    ``READ_DESIGNS``, to read what it stored."""
     protocol: dict[str, Any] = {"rounds": settings.rounds, "iterations": settings.iterations,
-                                "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION, "design": DESIGN}
+                                "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION, "design": design}
     if settings.max_slot_ms > 0:  # turns sized to the noise (sizing off: keys read as before it)
         protocol.update(max_slot_ms=settings.max_slot_ms, sizing="mad-1")
     if rule:

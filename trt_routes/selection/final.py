@@ -17,6 +17,7 @@ from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
 from trt_routes.selection.confirm import (
+    READ_DESIGNS,
     TURNS_RELOAD,
     Remeasurement,
     Request,
@@ -66,15 +67,20 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
     def lookup(baseline: str, challengers: tuple[str, ...]) -> Remeasurement | None:
         if settings is None:
             return None
-        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
-                                                        statistic=statistic, turns=turns), job.group_key)
-        if data is not None:
-            m = Remeasurement.from_json(data)
-            if decides(m, settings):
-                return m  # measured under another margin or confidence, and it decides under this one too
-        data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings, rule=True,
-                                                        statistic=statistic, turns=turns), job.group_key)
-        return Remeasurement.from_json(data) if data is not None else None
+        for design in READ_DESIGNS:  # the current layout's records first, then older ones it reads alike
+            data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
+                                                            statistic=statistic, turns=turns, design=design),
+                                       job.group_key)
+            if data is not None:
+                m = Remeasurement.from_json(data)
+                if decides(m, settings):
+                    return m  # measured under another margin or confidence, and it decides under this one too
+            data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
+                                                            rule=True, statistic=statistic, turns=turns,
+                                                            design=design), job.group_key)
+            if data is not None:
+                return Remeasurement.from_json(data)
+        return None
 
     return lookup
 
