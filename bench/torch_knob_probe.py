@@ -66,6 +66,21 @@ drawn three times and max-autotune:
   several cheap variants were cut too: give it a call of its own (``--only exhaustive``), or leave it out
   (``--only`` with the other names).
 
+``--only`` takes ``MODEL/TAG`` for one model alone and ``=NAME`` for one name exactly, so one call can time
+other models' variants and, for one model, EXHAUSTIVE against max-autotune (``bert-base/=max-autotune
+bert-base/exhaustive``). The workers' barrier also waits until no helper process is left (the parent stops them
+at the compile deadline), so no autotuning shares the GPU or the cores with any timing; ``--helper-nice``
+lowers the helpers' CPU priority so the cheap compiles are not slowed by them. The fourth call
+(2026-12-02, the settings the third call cut)::
+
+    python bench/torch_knob_probe.py --plan extra --helper-nice 10 --only reduce-overhead#2 reduce-overhead#3 \
+        persistent max_fusion_size_256 cublaslt+fp16 bert-base/=ro+fp16_accum bert-base/pad_outputs \
+        bert-base/force_shape_pad gpt2/force_shape_pad bert-base/=max-autotune bert-base/exhaustive --out $OUT
+
+In that call EXHAUSTIVE was cut on BERT again (no GEMM shape's autotuning finished in ~400 s, the last ~260 s of
+them with the machine nearly to itself): by torch 2.11's config space it is about 5,300 Triton configs over
+BERT's five GEMM shapes, ~7,000 on GPT-2's, more than one call of at most 600 s on 16 cores compiles.
+
 A max-autotune variant's estimate is its ``cost`` times the model's max-autotune compile time. Helpers are
 stopped as soon as the compile deadline has passed (their model's process has stopped waiting for them).
 
@@ -372,6 +387,19 @@ def plan_variants(spec: ModelSpec, tma: bool, plan: str = "probe") -> list[Varia
     return v
 
 
+def only_match(only: list[str] | None, model: str, name: str) -> bool:
+    """Does ``--only`` pick variant ``name`` of ``model``? A tag matches names that contain it, or, written
+    ``=NAME``, the name exactly; ``MODEL/TAG`` applies to that model alone (one call, models with different
+    variants: the eleventh run's cut settings, say, and EXHAUSTIVE on one model)."""
+    for tag in only or []:
+        scope, _, tag = tag.rpartition("/")
+        if scope and scope != model:
+            continue
+        if (name == tag[1:]) if tag.startswith("=") else (tag in name):
+            return True
+    return False
+
+
 def missing_options(options: dict[str, Any]) -> list[str]:
     import torch._inductor.config as cfg
 
@@ -535,6 +563,8 @@ def write_atomic(path: Path, data: Any) -> None:
 
 def worker(args: argparse.Namespace) -> int:
     role = f"helper-{args.prebuild_variant}" if args.prebuild_only else "main"
+    if args.prebuild_only and args.helper_nice:
+        os.nice(args.helper_nice)  # inherited by the compile workers it starts: the timing processes' compiles first
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(args.run_dir / f"cache-{args.worker}-{role}")
     import torch
     import torch._dynamo
@@ -599,7 +629,7 @@ def worker(args: argparse.Namespace) -> int:
     variants = plan_variants(spec, tma=not args.no_tma, plan=args.plan)
     if args.only:
         variants = [v for v in variants if v.group == "eager" or v.name.startswith("reduce-overhead#1")
-                    or any(tag in v.name for tag in args.only)]
+                    or only_match(args.only, spec.name, v.name)]
     if args.no_max_autotune:
         variants = [v for v in variants if v.group != "autotune"]
     if args.prebuild_only:
@@ -735,11 +765,13 @@ def worker(args: argparse.Namespace) -> int:
     state["phase"] = "barrier"
     save()
     t_wait = time.time()
+    helpers_gone = args.run_dir / "helpers.gone"  # the parent's: no helper process is running any more
     while time.time() < args.barrier_deadline:
-        if all((args.run_dir / f"{p}.compiled").exists() for p in args.peers):
+        if all((args.run_dir / f"{p}.compiled").exists() for p in args.peers) and helpers_gone.exists():
             break
         time.sleep(0.5)
     state["barrier_wait_s"] = round(time.time() - t_wait, 1)
+    state["helpers_gone_at_barrier_end"] = helpers_gone.exists()
     ready = [v for v in variants if v.status == "ok"]
     with open(args.lock, "w") as lock:
         t_lock = time.time()
@@ -937,7 +969,10 @@ def main() -> int:
                     "helper process per model from the start, in a fresh cache folder of their own, and load them "
                     "from that FX graph cache at the end)")
     ap.add_argument("--only", nargs="*", help="only variants whose name contains one of these (plus eager and "
-                    "reduce-overhead #1)")
+                    "reduce-overhead #1); =NAME: that name exactly; MODEL/TAG: for that model alone")
+    ap.add_argument("--helper-nice", type=int, default=0,
+                    help="os.nice increment of the max-autotune helper processes (and their compile workers), so "
+                    "the timing processes' own compiles come first on the cores")
     # worker arguments (set by the parent)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--t0", type=float, help=argparse.SUPPRESS)
@@ -972,6 +1007,7 @@ def main() -> int:
           flush=True)
     passthrough = ["--rounds", str(args.rounds), "--iters", str(args.iters), "--warmup", str(args.warmup),
                    "--plan", args.plan]
+    passthrough += ["--helper-nice", str(args.helper_nice)]
     for flag in ("tiny", "cpu", "no_max_autotune", "no_tma"):
         if getattr(args, flag):
             passthrough.append("--" + flag.replace("_", "-"))
@@ -992,7 +1028,7 @@ def main() -> int:
         if "--no-prebuild" not in passthrough:  # one helper per max-autotune variant, from the start
             kind = "cnn" if name in CNNS else "transformer"
             for v in plan_variants(ModelSpec(name, kind, lambda: None, []), not args.no_tma, args.plan):
-                if v.group == "autotune" and (not args.only or any(t in v.name for t in args.only)):
+                if v.group == "autotune" and (not args.only or only_match(args.only, name, v.name)):
                     helpers.append((f"{name} {v.tag}", subprocess.Popen(
                         [*cmd, "--prebuild-only", "--prebuild-variant", v.tag],
                         env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)))
@@ -1003,6 +1039,7 @@ def main() -> int:
             os.killpg(p.pid, 9)  # its own session: the worker and the compile workers it started
         p.wait()
 
+    gone = run_dir / "helpers.gone"
     while any(p.poll() is None for _, p in procs) and time.time() < stop_at + 5:
         # the model's process stops waiting for a helper at the compile deadline, so a later result is unused;
         # stop it at once, or its autotuning benchmarks would share the GPU with the first timed rounds
@@ -1010,6 +1047,9 @@ def main() -> int:
             for name, h in helpers:
                 if h.poll() is None:
                     stop(f"{name} helper", h, "max-autotune helper still compiling after the compile deadline")
+        if not gone.exists() and all(h.poll() is not None for _, h in helpers):
+            gone.write_text(f"{time.time() - t0:.1f}")  # the workers' barrier waits for this too
+            print(f"torch_knob_probe: no helper process left at +{time.time() - t0:.1f} s", flush=True)
         time.sleep(0.5)
     for name, h in helpers:
         if h.poll() is None:
