@@ -1,8 +1,8 @@
 """Benchmark: side-by-side re-measurement of ONNX Runtime engines, sessions kept loaded or loaded per turn.
 
-The confirmation times a baseline and its challengers in turns in one worker (B C1 B C2 B C3 B C1 ...) and
-pairs each challenger turn with the baseline turn before it. This runs that very code
-(``trt_routes.execute.remeasure.run_remeasure``, the fixed schedule of ``rounds`` rounds) on A/A engines: the
+The confirmation times a baseline and its challengers in turns in one worker and pairs each challenger turn with
+a baseline turn beside it. This runs that very code (``trt_routes.execute.remeasure.run_remeasure``, here the
+fixed schedule of ``rounds`` rounds, B C1 B C2 B C3 B C1 ...; see ``--layouts`` for apply's) on A/A engines: the
 quickstart model's default-route engine, built once by the ONNX Runtime backend, under four labels. Every
 paired ratio's true value is 1. Two variants, interleaved per repeat:
 

@@ -159,8 +159,9 @@ class Tolerance(Strict):
 class Confirm(Strict):
     """Side-by-side confirmation of a non-default winner (the selection rule; not part of any trial key).
 
-    The best ``candidates`` eligible routes are re-measured interleaved with the default route
-    (A B A C A D A B ...) in one worker, ``rounds`` times ``iterations`` timed runs each. A route wins
+    The best ``candidates`` eligible routes are re-measured interleaved with the default route (B A C,
+    D A B, C A D ...: one default turn between two challenger turns) in one worker, up to ``rounds`` times
+    ``iterations`` timed runs each. A route wins
     only when its time ratio to the default (the median of the per-round ratios) is below 1 - ``margin``
     and the upper end of its ``confidence`` interval is below 1: it beats the default by more than the
     margin and by more than the measured noise. A locked winner is replaced the same way only."""

@@ -172,9 +172,10 @@ def turn_size(pilot: Sequence[float], floor_runs: int, slot_ms: float, max_slot_
 
 
 def schedule(baseline: str, challengers: Sequence[str], rounds: int) -> list[str]:
-    """The measurement order: the baseline before and after every challenger slot, challengers rotated
-    each round (A B A C A D A, then A C A D A B A ...), so each challenger is paired with the baseline
-    slots around it. One challenger gives A B A B A ..."""
+    """The fixed design's order (a re-measurement without ``stopping``; apply's are sequential,
+    ``run_sequential``): the baseline before and after every challenger slot, challengers rotated each round
+    (A B A C A D A, then A C A D A B A ...), so each challenger is paired with the baseline slots around it.
+    One challenger gives A B A B A ..."""
     order = [baseline]
     for k in range(rounds):
         for j in range(len(challengers)):
