@@ -53,6 +53,14 @@ class LockRecord(BaseModel):
         """The plain data written to tuning.lock (and printed by ``--json``): only the keys it has."""
         return self.model_dump(exclude_unset=True, by_alias=True)
 
+    def identity_json(self) -> str:
+        """The same keys as JSON text with sorted keys, dumped by pydantic-core and the json module's C encoder
+        (3-4x faster than ``canonical`` on a lock entry): for telling whether an entry is the one read before,
+        not a key. Equal entries with unrounded numbers read as different: a caller then compares them the
+        slow way (``Lockfile.write`` renders the text) or loses only a shortcut (a settled plan)."""
+        return json.dumps(self.model_dump(mode="json", exclude_unset=True, by_alias=True), sort_keys=True,
+                          separators=(",", ":"), ensure_ascii=False)
+
     def _has(self, key: str) -> bool:
         return key in self.model_fields_set or key in (self.model_extra or {})
 
@@ -316,7 +324,11 @@ class Lockfile:
         return lock
 
     def _entries_digest(self) -> str:
-        return canonical.digest({name: entry.to_data() for name, entry in self.jobs.items()}, 32)
+        h = hashlib.sha256()
+        for name in sorted(self.jobs):
+            h.update(json.dumps(name).encode())
+            h.update(self.jobs[name].identity_json().encode())
+        return h.hexdigest()[:32]
 
     def render(self) -> str:
         return self._render()[0]

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 OFF_VAR = "TRT_ROUTES_SETTLED"
 #: Bumped whenever what a fingerprint covers changes.
-SETTLED_VERSION = 1
+SETTLED_VERSION = 2  # 2: the lock entry as pydantic-core serializes it (identity_json)
 
 
 @functools.cache
@@ -109,7 +109,7 @@ class Settled:
         try:
             ident = {"v": SETTLED_VERSION, "code": code_identity(), "group": [job.group_key, version],
                      "warm": list(warm), "job": self._identify(job, top=True),
-                     "entry": canonical.normalize(entry.to_data())}  # as tuning.lock holds it
+                     "entry": entry.identity_json()}  # as tuning.lock holds it (read from it)
             return _digest(ident)
         except (_Unknown, TypeError, ValueError):
             return None
