@@ -252,6 +252,23 @@ def noop_adaptive(tiny: bool) -> tuple[float, float, dict[str, float]]:
     return times["plan_s"], times["apply_s"], cli
 
 
+ONNX_IMPORT = ("import time; t0 = time.perf_counter(); import onnx; t = time.perf_counter() - t0; "
+               "import ml_dtypes, numpy; print(t, ml_dtypes.__version__, numpy.__version__)")
+
+
+def onnx_import() -> tuple[float, str]:
+    """``import onnx`` in a fresh process, median of three, and the ml_dtypes and numpy it imported: apply's
+    first lock entry imports onnx (the ONNX engine's identity), so this is part of every fresh apply."""
+    times, versions = [], ""
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", ONNX_IMPORT], env=child_env(), capture_output=True, text=True,
+                              check=True)
+        secs, ml, np_version = proc.stdout.split()
+        times.append(float(secs))
+        versions = f"ml_dtypes {ml}, numpy {np_version}"
+    return statistics.median(times), versions
+
+
 def aa_wrong(seeds: int) -> float:
     with tempfile.TemporaryDirectory() as tmpdir:
         for f in sorted((REPO / "bench" / "landscapes").glob("aa-*.json")):
@@ -326,6 +343,8 @@ def main() -> None:
         full = cli[command + " derived in full"]
         print(f"  {command:<6} {cli[command]:.3f} s; every plan derived in full ({OFF_VAR}=off) {full:.3f} s: "
               f"{full / cli[command]:.2f}x")
+    secs, versions = onnx_import()
+    print(f"import onnx ({versions}), fresh process, median of three: {secs:.3f} s")
     print(f"apply/bare without settling: {statistics.median(plain_ratios):.2f}")
     # the no-op figures are the commands' wall times: what a user waits for (the in-process ones are above)
     print(f"apply/bare={statistics.median(ratios):.2f} confirm_share={statistics.median(confirm):.2f} "
