@@ -232,10 +232,23 @@ def noop_adaptive(tiny: bool) -> tuple[float, float, dict[str, float]]:
 
     from trt_routes.plan.settled import OFF_VAR
 
+    global MEMO
     models, shapes = (2, 2) if tiny else (20, 10)
     with tempfile.TemporaryDirectory() as tmpdir:
-        times = plan_overhead.noop_times(Path(tmpdir), models, shapes, "adaptive")
-        manifest = Path(tmpdir) / "tuning.yaml"
+        # one memo for the in-process applies and the commands: what an apply leaves for the next command (the
+        # commands used to get the apply runs' memo folder, deleted by then: every `plan` read the 20 models'
+        # graphs and imported onnx, which only apply remembers)
+        MEMO = Path(tmpdir) / "memo"
+        saved = os.environ.get("TRT_ROUTES_MEMO")
+        os.environ["TRT_ROUTES_MEMO"] = str(MEMO)
+        try:
+            times = plan_overhead.noop_times(Path(tmpdir) / "project", models, shapes, "adaptive")
+        finally:
+            if saved is None:
+                os.environ.pop("TRT_ROUTES_MEMO", None)
+            else:
+                os.environ["TRT_ROUTES_MEMO"] = saved
+        manifest = Path(tmpdir) / "project" / "tuning.yaml"
         cli: dict[str, float] = {}
         # the baseline in the same run: every job's plan derived in full, as before settled plans existed
         for way, extra in (("", {}), (" derived in full", {OFF_VAR: "off"})):
@@ -288,6 +301,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="apply and bare loop pairs (each reported; the "
                     "last line uses their medians)")
     ap.add_argument("--aa-seeds", type=int, default=0, help="also run bench/search.py on the A/A landscapes")
+    ap.add_argument("--noop-only", action="store_true", help="only the no-op commands (no last line)")
     ap.add_argument("--bare", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--bytecode-off", action="store_true", help="keep the caller's PYTHONDONTWRITEBYTECODE in "
                     "the timed subprocesses (default: Python's own, bytecode written and read)")
@@ -309,7 +323,7 @@ def main() -> None:
         MEMO = Path(tmpdir) / "memo"
         if not args.cold_memo:
             prime_memo(quickstart_copy(Path(tmpdir) / "prime", args.tiny))
-        for k in range(args.repeat):
+        for k in range(0 if args.noop_only else args.repeat):
             if args.cold_memo:
                 MEMO = Path(tmpdir) / f"memo{k}"
             manifest = quickstart_copy(Path(tmpdir) / f"run{k}", args.tiny)
@@ -345,6 +359,8 @@ def main() -> None:
               f"{full / cli[command]:.2f}x")
     secs, versions = onnx_import()
     print(f"import onnx ({versions}), fresh process, median of three: {secs:.3f} s")
+    if args.noop_only:
+        return
     print(f"apply/bare without settling: {statistics.median(plain_ratios):.2f}")
     # the no-op figures are the commands' wall times: what a user waits for (the in-process ones are above)
     print(f"apply/bare={statistics.median(ratios):.2f} confirm_share={statistics.median(confirm):.2f} "
