@@ -113,3 +113,22 @@ def test_a_malformed_entry_is_a_clear_lockfile_error(tuned: Path, tmp_path: Path
         assert code == 2, (command, out)
         assert "tuning.lock" in out and "cnn/bs1/cpu" in out and "Traceback" not in out, (command, out)
     assert path.read_bytes() == before  # nothing rewrote it
+
+
+def test_identity_json_tells_apart_what_renders_apart_and_ignores_key_order() -> None:
+    """``LockEntry.identity_json`` (the lock's read/write digest, settled fingerprints): entries whose
+    tuning.lock text differs never share it; equal entries read in another key order do; keys that do not
+    sort (an int beside a str, written by hand) fall back to the canonical serializer."""
+
+    def ident(data: dict[str, object]) -> str:
+        return parse_entry("j", {"route": "", **data}).identity_json()
+
+    differ = [({"facts": {"energy": float("nan")}}, {"facts": {"energy": None}}),
+              ({"facts": {"x": 1}}, {"facts": {"x": 1.0}}),
+              ({"facts": {}}, {"facts": None}), ({"facts": {}}, {}),
+              ({"facts": {"x": float("inf")}}, {"facts": {"x": float("-inf")}})]
+    for a, b in differ:
+        assert ident(a) != ident(b), (a, b)
+    assert ident({"facts": {"a": 1, "b": 2}, "note": {"y": 1, "x": 2}}) == \
+        ident({"note": {"x": 2, "y": 1}, "facts": {"b": 2, "a": 1}})
+    assert ident({"note": {1: "x", "b": 2}}) == ident({"note": {"b": 2, 1: "x"}})
