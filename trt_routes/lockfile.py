@@ -328,7 +328,7 @@ class Lockfile:
 
     def _entries_digest(self) -> str:
         h = hashlib.sha256()
-        for name in sorted(self.jobs):
+        for name in sorted(self.jobs, key=str):  # a hand-written lock may name a job 123
             h.update(json.dumps(name).encode())
             h.update(self.jobs[name].identity_json().encode())
         return h.hexdigest()[:32]

@@ -353,3 +353,12 @@ def test_records_of_the_earlier_layout_read_as_they_were_measured() -> None:
     assert READ_DESIGNS[0] == DESIGN and "sequential-1" in READ_DESIGNS
     keys = {remeasure_key("g", "", ["-a=1"], Confirm(), design=d) for d in READ_DESIGNS}
     assert len(keys) == len(READ_DESIGNS) and remeasure_key("g", "", ["-a=1"], Confirm()) in keys
+
+
+def test_a_failed_turn_gives_no_ratio_in_the_replay_as_in_the_worker() -> None:
+    """A turn timed at 0, below 0 or NaN pairs with nothing (the worker's ``run_sequential`` skips it too), so a
+    replayed decision never counts a NaN ratio as below 1."""
+    nan = float("nan")
+    m = Remeasurement("", ("-a=1",), (("", 1.0), ("-a=1", nan), ("", 1.0), ("-a=1", 0.0), ("-a=1", -1.0),
+                                      ("", 1.0), ("-a=1", 0.9), ("", nan), ("-a=1", 0.8)))
+    assert m.paired_ratios("-a=1") == pytest.approx([0.9])

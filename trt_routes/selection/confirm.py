@@ -68,7 +68,7 @@ class Remeasurement:
         slots, base = self.slots, self.baseline
         out = []
         for i, (r, t) in enumerate(slots):
-            if r != route or t <= 0:
+            if r != route or not t > 0:  # a failed turn (0, negative or NaN) gives no ratio, as in the worker
                 continue
             j = i - 1 if i > 0 and slots[i - 1][0] == base else \
                 i + 1 if i + 1 < len(slots) and slots[i + 1][0] == base else None
