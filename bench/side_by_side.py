@@ -121,15 +121,11 @@ def summary(ms: list[Remeasurement]) -> tuple[float, float, float]:
 
 
 def positioned(m: Remeasurement) -> tuple[list[float], list[float]]:
-    """A/A ratios whose challenger turn came before its baseline turn, and those after it."""
+    """A/A ratios whose challenger turn came before its baseline turn, and those after it (``Remeasurement.pairs``)."""
     before, after = [], []
-    for i, (route, t) in enumerate(m.slots):
-        if route == m.baseline:
-            continue
-        if i > 0 and m.slots[i - 1][0] == m.baseline:
-            after.append(t / m.slots[i - 1][1])
-        elif i + 1 < len(m.slots) and m.slots[i + 1][0] == m.baseline:
-            before.append(t / m.slots[i + 1][1])
+    for c in m.challengers:
+        for i, j in m.pairs(c):
+            (before if i < j else after).append(m.slots[i][1] / m.slots[j][1])
     return before, after
 
 

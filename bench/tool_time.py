@@ -54,6 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 
@@ -232,22 +233,14 @@ def noop_adaptive(tiny: bool) -> tuple[float, float, dict[str, float]]:
 
     from trt_routes.plan.settled import OFF_VAR
 
-    global MEMO
     models, shapes = (2, 2) if tiny else (20, 10)
     with tempfile.TemporaryDirectory() as tmpdir:
         # one memo for the in-process applies and the commands: what an apply leaves for the next command (the
         # commands used to get the apply runs' memo folder, deleted by then: every `plan` read the 20 models'
         # graphs and imported onnx, which only apply remembers)
-        MEMO = Path(tmpdir) / "memo"
-        saved = os.environ.get("TRT_ROUTES_MEMO")
-        os.environ["TRT_ROUTES_MEMO"] = str(MEMO)
-        try:
+        memo = {"TRT_ROUTES_MEMO": str(Path(tmpdir) / "memo")}
+        with mock.patch.dict(os.environ, memo):
             times = plan_overhead.noop_times(Path(tmpdir) / "project", models, shapes, "adaptive")
-        finally:
-            if saved is None:
-                os.environ.pop("TRT_ROUTES_MEMO", None)
-            else:
-                os.environ["TRT_ROUTES_MEMO"] = saved
         manifest = Path(tmpdir) / "project" / "tuning.yaml"
         cli: dict[str, float] = {}
         # the baseline in the same run: every job's plan derived in full, as before settled plans existed
@@ -257,7 +250,7 @@ def noop_adaptive(tiny: bool) -> tuple[float, float, dict[str, float]]:
                 for _ in range(5):
                     t0 = time.perf_counter()
                     proc = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, command, "-m", str(manifest)],
-                                          env=child_env(**extra), capture_output=True, text=True)
+                                          env=child_env(**memo, **extra), capture_output=True, text=True)
                     walls.append(time.perf_counter() - t0)
                     if proc.returncode != 0 or (command == "apply" and "nothing was built" not in proc.stdout):
                         raise SystemExit(f"no-op {command} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -321,7 +314,7 @@ def main() -> None:
     ratios, confirm, outside, plain_ratios = [], [], [], []
     with tempfile.TemporaryDirectory() as tmpdir:
         MEMO = Path(tmpdir) / "memo"
-        if not args.cold_memo:
+        if not args.cold_memo and not args.noop_only:
             prime_memo(quickstart_copy(Path(tmpdir) / "prime", args.tiny))
         for k in range(0 if args.noop_only else args.repeat):
             if args.cold_memo:

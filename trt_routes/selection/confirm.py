@@ -60,21 +60,26 @@ class Remeasurement:
     slots: tuple[tuple[str, float], ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
 
-    def paired_ratios(self, route: str) -> list[float]:
-        """``route``'s slot time over its baseline slot, per slot, in the order measured. A challenger slot's
-        baseline slot is the one just before it, or else the one just after it (``run_sequential`` puts two
-        challengers around one baseline turn: C B C). A baseline slot is paired with at most one slot of each
-        challenger, so each challenger's ratios are independent when the slots are."""
+    def pairs(self, route: str) -> list[tuple[int, int]]:
+        """(``route``'s slot, its baseline slot) by index, in the order measured. A challenger slot's baseline
+        slot is the one just before it, or else the one just after it (``run_sequential`` puts two challengers
+        around one baseline turn: C B C). A baseline slot is paired with at most one slot of each challenger,
+        so each challenger's ratios are independent when the slots are. A failed turn (a time of 0, below 0 or
+        NaN, on either side) gives no pair, as in the worker."""
         slots, base = self.slots, self.baseline
         out = []
         for i, (r, t) in enumerate(slots):
-            if r != route or not t > 0:  # a failed turn (0, negative or NaN) gives no ratio, as in the worker
+            if r != route or not t > 0:
                 continue
             j = i - 1 if i > 0 and slots[i - 1][0] == base else \
                 i + 1 if i + 1 < len(slots) and slots[i + 1][0] == base else None
             if j is not None and slots[j][1] > 0:
-                out.append(t / slots[j][1])
+                out.append((i, j))
         return out
+
+    def paired_ratios(self, route: str) -> list[float]:
+        """``route``'s slot time over its baseline slot's, per pair (``pairs``), in the order measured."""
+        return [self.slots[i][1] / self.slots[j][1] for i, j in self.pairs(route)]
 
     def to_json(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "challengers": list(self.challengers),

@@ -68,18 +68,17 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
         if settings is None:
             return None
         for design in READ_DESIGNS:  # the current layout's records first, then older ones it reads alike
-            data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
-                                                            statistic=statistic, turns=turns, design=design),
-                                       job.group_key)
-            if data is not None:
+            for rule in (False, True):
+                data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
+                                                                rule=rule, statistic=statistic, turns=turns,
+                                                                design=design), job.group_key)
+                if data is None:
+                    continue
                 m = Remeasurement.from_json(data)
-                if decides(m, settings):
-                    return m  # measured under another margin or confidence, and it decides under this one too
-            data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
-                                                            rule=True, statistic=statistic, turns=turns,
-                                                            design=design), job.group_key)
-            if data is not None:
-                return Remeasurement.from_json(data)
+                # the rule-free record: measured under another margin or confidence, used where it decides under
+                # this one too; the rule's own record: as it is
+                if rule or decides(m, settings):
+                    return m
         return None
 
     return lookup
