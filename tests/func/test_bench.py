@@ -309,6 +309,18 @@ def test_side_by_side_prints_both_variants_and_its_last_line(tmp_path: Path) -> 
     assert 0 <= kept_off <= 1 and 0 <= reload_off <= 1 and all(r > 0 for r in ratios), last.groups()
 
 
+def test_side_by_side_layouts_report_both_and_the_shared_layout_takes_fewer_turns(tmp_path: Path) -> None:
+    """``--layouts`` (README's development commands): adjacent and shared baseline turns on real A/A engines;
+    the shared layout takes 1.5 turns per ratio with three challengers open throughout, the adjacent one 2
+    (plus its first baseline turn). The ratios are the benchmark's (RESULTS.md); here only that they exist."""
+    out = bench("side_by_side.py", "--layouts", "--rounds", "4", "--repeats", "1", "--iterations", "5", cwd=tmp_path)
+    assert re.search(r"^\| adjacent \| ", out, re.M) and re.search(r"^\| shared \| ", out, re.M), out
+    last = dict(kv.split("=") for kv in out.strip().splitlines()[-1].split())
+    assert float(last["shared_turns_per_ratio"]) == 1.5, last
+    assert 2.0 < float(last["adjacent_turns_per_ratio"]) <= 2.1, last
+    assert all(float(last[f"{name}_median"]) > 0 for name in ("adjacent", "shared")), last
+
+
 def test_torch_knob_probe_tiny_runs_every_variant_and_writes_its_table(tmp_path: Path) -> None:
     """bench/torch_knob_probe.py's self-check (two small plain-torch models; the CPU where no GPU): both
     models finish, every named-mode draw and variant is timed or reported, and the table names each model."""
