@@ -1,6 +1,5 @@
 """The trial cache: every measured trial, keyed by signature, job parts and route."""
 
-from trt_routes.cache import sqlite as _sqlite  # noqa: F401  (first: sqlite-utils without pandas)
 from trt_routes.cache.store import CacheStore, TrialRecord
 
 __all__ = ["CacheStore", "TrialRecord"]

@@ -28,7 +28,7 @@ def add_remeasurement(cache: CacheStore, key: str, group_key: str, job: str, dat
 def remeasurement(cache: CacheStore, key: str, group_key: str) -> dict[str, Any] | None:
     """The re-measurement stored under ``key`` for job group ``group_key`` (a row whose group column says
     another group is not this group's: its changes are counted for that group, ``cache.schema._v4``)."""
-    rows = list(cache.db.execute("SELECT data FROM remeasurements WHERE key = ? AND group_key = ?",
+    rows = list(cache.conn.execute("SELECT data FROM remeasurements WHERE key = ? AND group_key = ?",
                                  [key, group_key]))
     if not rows:
         return None
@@ -43,7 +43,7 @@ def remeasurement(cache: CacheStore, key: str, group_key: str) -> dict[str, Any]
 def remeasurements_for(cache: CacheStore, group_key: str) -> list[dict[str, Any]]:
     """Every re-measurement of one job group, oldest first (for explain and reports)."""
     out = []
-    for key, data, created in cache.db.execute(
+    for key, data, created in cache.conn.execute(
             "SELECT key, data, created_at FROM remeasurements WHERE group_key = ? ORDER BY created_at, key",
             [group_key]):
         try:
@@ -54,7 +54,7 @@ def remeasurements_for(cache: CacheStore, group_key: str) -> list[dict[str, Any]
 
 
 def search_state(cache: CacheStore, group_key: str, strategy_key: str) -> dict[str, Any] | None:
-    rows = list(cache.db.query("SELECT * FROM searches WHERE group_key = ? AND strategy_key = ?",
+    rows = list(cache.query("SELECT * FROM searches WHERE group_key = ? AND strategy_key = ?",
                                [group_key, strategy_key]))
     if not rows:
         return None
@@ -78,7 +78,7 @@ def put_search_state(cache: CacheStore, group_key: str, strategy_key: str, job: 
 
 def current_winners(cache: CacheStore) -> dict[str, str]:
     """Job name -> the route it last locked (the newest decision per job), routes that won."""
-    rows = cache.db.execute(
+    rows = cache.conn.execute(
         "SELECT d.job, d.route FROM decisions d JOIN (SELECT job, max(id) AS id FROM decisions GROUP BY job) m "
         "ON d.id = m.id WHERE d.route IS NOT NULL")
     return {job: route for job, route in rows}

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite3
+
+    import sqlite_utils
 
 from trt_routes.errors import CacheError
 
@@ -88,25 +92,29 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def migrate(db: sqlite_utils.Database, path: str) -> None:
-    """Bring the database to SCHEMA_VERSION inside one transaction; refuse newer versions."""
-    current = _version(db, path)
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the database to SCHEMA_VERSION inside one transaction; refuse newer versions. A cache already at
+    SCHEMA_VERSION costs one PRAGMA (sqlite-utils is not imported)."""
+    current = _version(conn, path)
     if current == SCHEMA_VERSION:
         return
-    with db.conn:  # commits, or rolls back on any error (a full disk midway leaves the file as it was)
+    from trt_routes.cache.sqlite import database
+
+    db = database(conn)
+    with conn:  # commits, or rolls back on any error (a full disk midway leaves the file as it was)
         # one explicit transaction: Python's sqlite3 begins none for CREATE statements, and sqlite-utils
         # commits each statement run outside a transaction on its own
         db.execute("BEGIN IMMEDIATE")
         # read again under the write lock: another process may have migrated the file while this one waited
-        current = _version(db, path)
+        current = _version(conn, path)
         for step in MIGRATIONS[current:]:
             step(db)
         if current != SCHEMA_VERSION:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def _version(db: sqlite_utils.Database, path: str) -> int:
-    current = int(db.execute("PRAGMA user_version").fetchone()[0])
+def _version(conn: sqlite3.Connection, path: str) -> int:
+    current = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if current > SCHEMA_VERSION:
         raise CacheError(
             f"{path}: trial cache schema version {current} is newer than this trt-routes understands "

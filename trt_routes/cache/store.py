@@ -1,4 +1,6 @@
-"""SQLite store of trials through sqlite-utils. Only the coordinating process opens it.
+"""SQLite store of trials: reads and per-trial writes through ``sqlite3``, table inserts and migrations through
+sqlite-utils over the same connection (imported on first use: a no-op plan never needs it). Only the
+coordinating process opens it.
 
 Each trial is written in its own transaction as soon as it finishes, so a killed run keeps every
 finished trial. A corrupt row is reported and skipped (it reads as a miss), never fatal.
@@ -20,13 +22,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trt_routes import __version__
 from trt_routes.cache.schema import migrate
 from trt_routes.errors import CacheError, StorageError
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 LIGHT_COLUMNS = ", ".join(
     ["id", "group_key", "job", "route", "signature", "model_digest", "shape_key", "settings_key",
@@ -158,16 +161,18 @@ class CacheStore:
         except OSError as exc:
             raise StorageError.from_os_error(exc, self.path.parent) from exc
         try:
-            self.db = sqlite_utils.Database(self.path)
-            self.db.execute("PRAGMA busy_timeout = 10000")
-            if self.db.journal_mode != "wal":
-                self.db.enable_wal()
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            migrate(self.db, str(self.path))
+            self.conn = sqlite3.connect(str(self.path))
+            # as sqlite-utils sets it on every connection: REPLACE fires the DELETE triggers (schema._v4's counters)
+            self.conn.execute("PRAGMA recursive_triggers = on")
+            self.conn.execute("PRAGMA busy_timeout = 10000")
+            if self.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                self.conn.execute("PRAGMA journal_mode = wal")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            migrate(self.conn, str(self.path))
             self._quick_check()
         except sqlite3.DatabaseError as exc:
-            if hasattr(self, "db"):
-                self.db.close()
+            if hasattr(self, "conn"):
+                self.conn.close()
             raise database_error(exc, self.path, opening=True) from exc
         self.warnings: list[str] = []
         self._signatures_written: set[str] = set()  # by add_trial, in this process
@@ -179,12 +184,26 @@ class CacheStore:
             return
         if size > QUICK_CHECK_MAX_BYTES:
             return
-        problems = [str(r[0]) for r in self.db.execute("PRAGMA quick_check(5)").fetchall()]
+        problems = [str(r[0]) for r in self.conn.execute("PRAGMA quick_check(5)").fetchall()]
         if problems != ["ok"]:
             raise sqlite3.DatabaseError("; ".join(problems)[:300])
 
+    @functools.cached_property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils over this store's connection, imported on first use (``trt_routes.cache.sqlite``): table
+        inserts and upserts, maintenance. Reads and the per-trial writes go through ``conn`` and ``query``."""
+        from trt_routes.cache.sqlite import database
+
+        return database(self.conn)
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> Iterator[dict[str, Any]]:
+        """The rows of ``sql`` as dicts keyed by column name (as sqlite-utils' ``Database.query`` gives them)."""
+        cur = self.conn.execute(sql, list(params))
+        names = [d[0] for d in cur.description]
+        return (dict(zip(names, row, strict=True)) for row in cur)
+
     def close(self) -> None:
-        self.db.close()
+        self.conn.close()
 
     def __enter__(self) -> CacheStore:
         return self
@@ -199,11 +218,11 @@ class CacheStore:
     def add_trial(self, trial: TrialRecord, signature_fields: dict[str, str] | None = None) -> None:
         """Insert one trial in its own transaction (an existing id is replaced)."""
         row = trial.to_row()
-        with self.db.conn:
+        with self.conn:
             if signature_fields is not None and trial.signature not in self._signatures_written:
-                self.db.execute("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
+                self.conn.execute("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
                                 [trial.signature, json.dumps(signature_fields, sort_keys=True), trial.created_at])
-            self.db.execute(  # one prepared statement: the hot path of every trial
+            self.conn.execute(  # one prepared statement: the hot path of every trial
                 f"INSERT OR REPLACE INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                 list(row.values()),
             )
@@ -214,19 +233,19 @@ class CacheStore:
     def add_trials(self, trials: Iterable[TrialRecord], signatures: dict[str, dict[str, str]]) -> int:
         """Insert many trials in one transaction; existing ids are kept (trials are immutable)."""
         rows = [t.to_row() for t in trials]
-        with self.db.conn:
+        with self.conn:
             for sig, fields in signatures.items():
                 self.db.table("signatures").insert(
                     {"hash": sig, "fields": json.dumps(fields, sort_keys=True), "first_seen": now()},
                     pk="hash", ignore=True,
                 )
-            before = self.db["trials"].count
+            before = self.count()
             self.db.table("trials").insert_all(rows, pk="id", ignore=True, batch_size=500)
-            return self.db["trials"].count - before
+            return self.count() - before
 
     @_guarded
     def add_reference(self, key: str, inputs_sha: str, outputs_sha: str) -> None:
-        with self.db.conn:
+        with self.conn:
             self.db.table("references").insert(
                 {"key": key, "inputs_sha256": inputs_sha, "outputs_sha256": outputs_sha,
                  "created_at": now()}, pk="key", replace=True,
@@ -235,7 +254,7 @@ class CacheStore:
     @_guarded
     def add_decision(self, job: str, route: str | None, previous: str | None, reason: str,
                      engine_sha: str) -> None:
-        with self.db.conn:
+        with self.conn:
             self.db.table("decisions").insert(
                 {"job": job, "at": now(), "route": route, "previous_route": previous, "reason": reason,
                  "engine_sha256": engine_sha}
@@ -243,9 +262,9 @@ class CacheStore:
 
     @_guarded
     def delete_trials(self, ids: Iterable[str]) -> None:
-        with self.db.conn:
+        with self.conn:
             for tid in ids:
-                self.db.execute("DELETE FROM trials WHERE id = ?", [tid])
+                self.conn.execute("DELETE FROM trials WHERE id = ?", [tid])
 
     # -- reads -----------------------------------------------------------------------------
     def _records(self, rows: Iterator[dict[str, Any]]) -> list[TrialRecord]:
@@ -263,34 +282,34 @@ class CacheStore:
 
         ``light`` leaves out samples and logs (what plan needs is status, median and losses)."""
         cols = LIGHT_COLUMNS if light else "*"
-        rows = self.db.query(f"SELECT {cols} FROM trials WHERE group_key = ?", [group_key])
+        rows = self.query(f"SELECT {cols} FROM trials WHERE group_key = ?", [group_key])
         return {t.route: t for t in self._records(rows)}
 
     @_guarded
     def group_rowids(self, group_key: str) -> dict[str, int]:
         """Route -> rowid of one job group's trials (one indexed SELECT, nothing decoded): for a reader that
         fetches only the few rows it reads (``light_row``)."""
-        return {r[0]: r[1] for r in self.db.execute("SELECT route, rowid FROM trials WHERE group_key = ?",
+        return {r[0]: r[1] for r in self.conn.execute("SELECT route, rowid FROM trials WHERE group_key = ?",
                                                     [group_key])}
 
     @_guarded
     def light_row(self, rowid: int) -> tuple[list[str], tuple[Any, ...]] | None:
         """One trial's light row by rowid, not decoded: (column names, values); None if it is gone."""
-        cur = self.db.execute(f"SELECT {LIGHT_COLUMNS} FROM trials WHERE rowid = ?", [rowid])
+        cur = self.conn.execute(f"SELECT {LIGHT_COLUMNS} FROM trials WHERE rowid = ?", [rowid])
         row = cur.fetchone()
         return ([d[0] for d in cur.description], row) if row is not None else None
 
     @_guarded
     def routes(self, group_key: str) -> set[str]:
         """Routes with a trial in one job group (no row decoding: the cheap check plan needs)."""
-        return {r[0] for r in self.db.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}
+        return {r[0] for r in self.conn.execute("SELECT route FROM trials WHERE group_key = ?", [group_key])}
 
     def _where_in(self, select: str, column: str, keys: Iterable[str]) -> Iterator[tuple[Any, ...]]:
         """Rows of ``select ... WHERE column IN (keys)``, the keys sent in chunks under SQLite's variable limit."""
         ordered = sorted(set(keys))
         for i in range(0, len(ordered), 500):
             chunk = ordered[i:i + 500]
-            yield from self.db.execute(f"{select} WHERE {column} IN ({', '.join('?' * len(chunk))})", chunk)
+            yield from self.conn.execute(f"{select} WHERE {column} IN ({', '.join('?' * len(chunk))})", chunk)
 
     @_guarded
     def group_versions(self, group_keys: Iterable[str]) -> dict[str, int]:
@@ -316,21 +335,21 @@ class CacheStore:
     def put_settled(self, rows: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
         """Store (fingerprint, job, data) rows in one transaction; a job keeps only its newest row."""
         at = now()
-        with self.db.conn:
+        with self.conn:
             for fp, job, data in rows:
-                self.db.execute("DELETE FROM settled WHERE job = ? AND fingerprint != ?", [job, fp])
-                self.db.execute("INSERT OR REPLACE INTO settled (fingerprint, job, data, at) VALUES (?, ?, ?, ?)",
+                self.conn.execute("DELETE FROM settled WHERE job = ? AND fingerprint != ?", [job, fp])
+                self.conn.execute("INSERT OR REPLACE INTO settled (fingerprint, job, data, at) VALUES (?, ?, ?, ?)",
                                 [fp, job, json.dumps(data, separators=(",", ":")), at])
 
     @_guarded
     def trials_for_job(self, job: str) -> list[TrialRecord]:
-        rows = self.db.query("SELECT * FROM trials WHERE job = ? ORDER BY created_at, id", [job])
+        rows = self.query("SELECT * FROM trials WHERE job = ? ORDER BY created_at, id", [job])
         return self._records(rows)
 
     @_guarded
     def latest_for_job(self, job: str) -> TrialRecord | None:
         """The job's newest trial of our own (rows imported from trtexec / Torch-TensorRT files left out)."""
-        rows = list(self.db.query(
+        rows = list(self.query(
             "SELECT * FROM trials WHERE job = ? AND coalesce(source, '') NOT LIKE 'trtexec:%' "
             "AND coalesce(source, '') NOT LIKE 'torch-tensorrt:%' ORDER BY created_at DESC, id LIMIT 1", [job]))
         recs = self._records(iter(rows))
@@ -338,32 +357,32 @@ class CacheStore:
 
     @_guarded
     def get(self, trial_id: str) -> TrialRecord | None:
-        rows = list(self.db.query("SELECT * FROM trials WHERE id = ?", [trial_id]))
+        rows = list(self.query("SELECT * FROM trials WHERE id = ?", [trial_id]))
         recs = self._records(iter(rows))
         return recs[0] if recs else None
 
     @_guarded
     def all_trials(self) -> list[TrialRecord]:
-        return self._records(self.db.query("SELECT * FROM trials ORDER BY id"))
+        return self._records(self.query("SELECT * FROM trials ORDER BY id"))
 
     @_guarded
     def signature_fields(self, sig: str) -> dict[str, str] | None:
-        rows = list(self.db.query("SELECT fields FROM signatures WHERE hash = ?", [sig]))
+        rows = list(self.query("SELECT fields FROM signatures WHERE hash = ?", [sig]))
         return json.loads(rows[0]["fields"]) if rows else None
 
     @_guarded
     def reference(self, key: str) -> tuple[str, str] | None:
-        rows = list(self.db.query("SELECT * FROM [references] WHERE key = ?", [key]))
+        rows = list(self.query("SELECT * FROM [references] WHERE key = ?", [key]))
         return (rows[0]["inputs_sha256"], rows[0]["outputs_sha256"]) if rows else None
 
     @_guarded
     def decisions(self, job: str) -> list[dict[str, Any]]:
-        return list(self.db.query("SELECT * FROM decisions WHERE job = ? ORDER BY id", [job]))
+        return list(self.query("SELECT * FROM decisions WHERE job = ? ORDER BY id", [job]))
 
     @_guarded
     def count(self) -> int:
-        return self.db["trials"].count
+        return int(self.conn.execute("SELECT count(*) FROM trials").fetchone()[0])
 
     @_guarded
     def integrity_check(self) -> str:
-        return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
+        return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
