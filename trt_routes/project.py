@@ -11,8 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-
-from filelock import FileLock, Timeout
+from typing import TYPE_CHECKING
 
 from trt_routes.artifacts import BlobStore
 from trt_routes.cache.store import CacheStore, TrialRecord
@@ -22,6 +21,9 @@ from trt_routes.lockfile import Lockfile
 from trt_routes.manifest.load import LoadedManifest, load_manifest
 from trt_routes.manifest.schema import Check
 from trt_routes.signature import Environment, detect
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 
 @dataclass
@@ -62,11 +64,13 @@ class Project:
 
     def use_environment(self, env: Environment | None = None,
                         cpu_share: tuple[int, int | None] | None = None) -> None:
-        """Resolve jobs for another environment (a cluster's) or CPU split; forgets jobs resolved before."""
-        if env is not None:
-            self.env = env
-        if cpu_share is not None:
-            self.cpu_share = cpu_share
+        """Resolve jobs for another environment (a cluster's) or CPU split; forgets jobs resolved before (kept
+        when neither changes: the local executor's default share is the one the project was opened with)."""
+        env = self.env if env is None else env
+        cpu_share = self.cpu_share if cpu_share is None else cpu_share
+        if env == self.env and cpu_share == self.cpu_share:
+            return
+        self.env, self.cpu_share = env, cpu_share
         self.__dict__.pop("jobs", None)
 
     def select_jobs(self, patterns: list[str] | None) -> list[Job]:
@@ -114,6 +118,8 @@ APPLY_RUNNING_HINT = "wait for it to finish (or remove a stale .lock file if non
 def project_lock(project: Project) -> FileLock:
     """The one lock of a project (beside its cache): whoever writes the cache, the engines or tuning.lock
     holds it (apply, apply --frozen, cache import/pull/gc)."""
+    from filelock import FileLock  # imported by the commands that write (~10 ms a `plan` does without)
+
     project.cache_path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(project.cache_path) + ".lock")
 
@@ -121,6 +127,8 @@ def project_lock(project: Project) -> FileLock:
 @contextmanager
 def exclusive(project: Project, busy: str = APPLY_RUNNING, hint: str = APPLY_RUNNING_HINT) -> Iterator[None]:
     """Hold the project lock, or fail at once with a UsageError (``busy`` may name ``{cache}``)."""
+    from filelock import Timeout
+
     lock = project_lock(project)
     try:
         lock.acquire(timeout=0)

@@ -56,17 +56,11 @@ def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM,
     ``winners``: ``facts.current_winners(cache)`` if the caller has it already (a plan over many jobs)."""
     winners = facts.current_winners(cache) if winners is None else winners
     prefix, suffix = f"{job.model}/", f"/{job.target}"
-
-    def rank(name: str) -> tuple[int, str] | None:
-        if name == job.name:
-            return None
-        if name.startswith(prefix):
-            return (0 if name.endswith(suffix) else 1, name)
-        if name.endswith(suffix):
-            return (2, name)
-        return None
-
-    ranked = sorted((r, name) for name in winners if (r := rank(name)) is not None)
+    # nearest first: this model on this target (0), this model elsewhere (1), other models on this target (2)
+    ranked = sorted([(0 if name.endswith(suffix) else 1, name) for name in winners
+                     if name.startswith(prefix) and name != job.name]
+                    + [(2, name) for name in winners
+                       if name.endswith(suffix) and not name.startswith(prefix) and name != job.name])
     routes = [winners[name] for _, name in ranked if winners[name] != DEFAULT_ROUTE]
     return tuple(dict.fromkeys(routes))[:limit]
 

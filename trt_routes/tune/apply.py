@@ -41,7 +41,6 @@ from trt_routes.selection.confirm import (
 )
 from trt_routes.selection.final import confirm_statistic, confirm_turns, final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
-from trt_routes.share.remote import fetch_blob
 from trt_routes.tune.locking import LockWriter
 from trt_routes.tune.outcome import (
     EXIT_FAILED,
@@ -390,7 +389,7 @@ class Applier(TrialRunner):
         ref = self.reference(job)
         for route in routes:
             sha = trials[route].engine_sha256
-            if not self.store.has(sha) and not fetch_blob(self.cache, self.store, sha, self.reporter.message):
+            if not self.have_engine(sha):
                 trials[route] = self.run_trial(job, route, ref)
                 if trials[route].status != "ok":
                     return f"rebuilding {describe(route)} failed: {trials[route].error}"
@@ -403,6 +402,14 @@ class Applier(TrialRunner):
             turn_target=turn_target(settings), max_slot_ms=settings.max_slot_ms,
             turn_spread=spread_of(trials[request.baseline].samples, job.measurement.iterations),
             stopping=Stopping.of(settings, len(request.challengers)), statistic=confirm_statistic(job))
+
+    def have_engine(self, sha: str) -> bool:
+        """Whether the store holds engine ``sha``, fetched from a cache remote if it lacks it."""
+        if self.store.has(sha):
+            return True
+        from trt_routes.share.remote import fetch_blob  # only when an engine is missing (~5 ms of imports)
+
+        return fetch_blob(self.cache, self.store, sha, self.reporter.message)
 
     def finish(self, tuning: _Tuning) -> JobOutcome:
         """Decide (after confirmation), materialize the winner's engine and lock it."""
@@ -421,8 +428,7 @@ class Applier(TrialRunner):
             if sel.winner is None:
                 raise JobFailed(sel.summary)
             winner = trials[sel.winner]
-            if not self.store.has(winner.engine_sha256) and not fetch_blob(
-                    self.cache, self.store, winner.engine_sha256, self.reporter.message):  # from a cache remote
+            if not self.have_engine(winner.engine_sha256):
                 self.reporter.message(f"{job.name}: engine of {describe(sel.winner)} is gone from the "
                                       "store; rebuilding it")
                 winner = self.run_trial(job, sel.winner, self.reference(job))
