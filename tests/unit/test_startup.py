@@ -150,3 +150,50 @@ def test_the_console_script_starts_without_the_collector_and_turns_it_on_for_the
     version = subprocess.run([sys.executable, "-P", "-c", _GC_PROBE, "--version"], capture_output=True, text=True,
                              timeout=60)
     assert version.stdout.splitlines()[-1].startswith("GC True {}"), version.stdout  # no project: on at exit
+
+
+#: Runs the console script's ``main`` on argv[1:]; at exit prints how many workers it started and whether
+#: sqlite-utils and filelock were imported.
+_QUIET_PROBE = """
+import atexit, sys
+sys.argv = ["trt-routes", *sys.argv[1:]]
+import trt_routes.execute.spawn as spawn
+started = []
+init = spawn.Worker.__init__
+def counting(self, *args, **kwargs):
+    started.append(1)
+    init(self, *args, **kwargs)
+spawn.Worker.__init__ = counting
+atexit.register(lambda: print("PROBE", len(started), *(m in sys.modules for m in ("sqlite_utils", "filelock")),
+                              flush=True))
+from trt_routes.cli.app import main
+main()
+"""
+
+
+def test_a_noop_apply_starts_no_worker_and_no_noop_command_imports_sqlite_utils(tmp_path: Path) -> None:
+    """After an apply that finished, the next apply of the same manifest whose manifest, lock and cache are as
+    that apply left them starts no early worker (trt_routes.execute.quiet); a changed manifest gets one again.
+    A no-op plan or apply reads the cache through sqlite3 alone (sqlite-utils, click, pluggy: ~30 ms), and
+    plan takes no project lock (filelock)."""
+    import os
+
+    from _project import make_project
+    from conftest import load_make_models
+
+    manifest = make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m"))
+
+    def run(*argv: str) -> str:
+        out = subprocess.run([sys.executable, "-P", "-c", _QUIET_PROBE, *argv, "-m", str(manifest)],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()[-1]
+
+    first = run("apply").split()
+    assert first[0] == "PROBE" and int(first[1]) >= 1 and first[2:] == ["True", "True"]  # it built: it wrote
+    assert run("apply") == "PROBE 0 False True"  # predicted up to date: no worker; the lock, no sqlite-utils
+    assert run("plan") == "PROBE 0 False False"
+    st = manifest.stat()
+    os.utime(manifest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the manifest may have changed
+    assert run("apply") == "PROBE 1 False True"  # started early, found nothing to do, stopped
+    assert run("apply") == "PROBE 0 False True"

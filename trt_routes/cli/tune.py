@@ -163,9 +163,13 @@ def apply(
         "--retry-failed", help="Run the selected jobs' cached crashed and timed-out trials again.")] = False,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
-    from trt_routes.execute.spawn import early_worker, warm_early  # the standard library: the worker starts first
+    from trt_routes.execute import quiet as quiet_hint  # the standard library and the memo: the worker starts first
+    from trt_routes.execute.spawn import early_worker, warm_early
 
-    with early_worker(enabled=not (dry_run or frozen) and (executor or "local") == "local"):
+    hint = quiet_hint.key(manifest, {"only": only, "workers": workers, "executor": executor,
+                                "retry_failed": retry_failed, "plan": str(plan_file) if plan_file else None})
+    early = not (dry_run or frozen) and (executor or "local") == "local" and not quiet_hint.predicted(hint)
+    with early_worker(enabled=early):
         project = open_project(manifest)
         warm_early(select_jobs(project, only))  # before apply's own imports: the worker imports the backends meanwhile
         from trt_routes.plan.saved import load_plan
@@ -180,7 +184,11 @@ def apply(
             raise typer.Exit(_apply_frozen(project, FrozenOptions(
                 only=options.only, allow_signature_drift=allow_signature_drift, keep_going=keep_going,
                 dry_run=dry_run), as_json=as_json, quiet=quiet))
-        raise typer.Exit(_apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose))
+        code = _apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose)
+        if code == Exit.OK and not dry_run:  # unchanged, these files predict a no-op: no early worker next time
+            quiet_hint.remember(hint, [project.loaded.path, project.lock_path, project.cache_path,
+                                       project.cache_path.with_name(project.cache_path.name + "-wal")])
+        raise typer.Exit(code)
 
 
 def _apply(project: Project, options: ApplyOptions, saved: SavedPlan | None, *, as_json: bool, quiet: bool,
