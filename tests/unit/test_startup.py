@@ -197,3 +197,36 @@ def test_a_noop_apply_starts_no_worker_and_no_noop_command_imports_sqlite_utils(
     os.utime(manifest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the manifest may have changed
     assert run("apply") == "PROBE 1 False True"  # started early, found nothing to do, stopped
     assert run("apply") == "PROBE 0 False True"
+
+
+def test_a_wrong_noop_guess_only_starts_the_worker_late(tmp_path: Path) -> None:
+    """The hint watches the manifest, tuning.lock and the cache, not the models: new weights in a model's
+    external data (torch's exporter writes them there) leave it predicting a no-op. That apply starts no
+    early worker, finds the model digest changed, starts its worker with the first task and tunes as ever."""
+    from _project import write_manifest
+    from _real_models import external_data_mlp, rewrite_weights
+
+    root = tmp_path / "p"
+    model = external_data_mlp(root / "models")
+    manifest = write_manifest(root, {
+        "schema_version": 1, "measurement": {"warmup": 1, "iterations": 3, "repeats": 2, "timeout_s": 60},
+        "switch_groups": {"g": "-graph_optimization_level=[basic|all]"}, "strategies": {"s": {"mode": "fast"}},
+        "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 1e-4}]}},
+        "defaults": {"backend": "onnxruntime", "switch_group": "g", "strategy": "s", "tolerance": "t"},
+        "models": {"mlp": {"path": "models/mlp.onnx", "shapes": {"b4": {"x": [4, 16]}}}}})
+
+    def run(*argv: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-P", "-c", _QUIET_PROBE, *argv, "-m", str(manifest)],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()
+
+    assert run("apply")[-1].startswith("PROBE 1 ")
+    assert run("apply")[-1] == "PROBE 0 False True"
+    lock = (root / "tuning.lock").read_text()
+    rewrite_weights(model, seed=7)
+    out = run("apply")
+    assert out[-1] == "PROBE 1 True True", out  # no early worker; one started for the first task
+    assert any("Built 2 trial(s)" in line for line in out), out
+    assert (root / "tuning.lock").read_text() != lock  # the new model digest is locked
+    assert run("apply")[-1] == "PROBE 0 False True"
