@@ -64,13 +64,12 @@ class Project:
 
     def use_environment(self, env: Environment | None = None,
                         cpu_share: tuple[int, int | None] | None = None) -> None:
-        """Resolve jobs for another environment (a cluster's) or CPU split; forgets jobs resolved before (kept
-        when neither changes: the local executor's default share is the one the project was opened with)."""
-        env = self.env if env is None else env
-        cpu_share = self.cpu_share if cpu_share is None else cpu_share
-        if env == self.env and cpu_share == self.cpu_share:
-            return
-        self.env, self.cpu_share = env, cpu_share
+        """Resolve jobs for another environment (a cluster's) or CPU split; forgets jobs resolved before (always:
+        a project kept between calls, as ``trt_routes.api`` keeps it, then reads its models' digests anew)."""
+        if env is not None:
+            self.env = env
+        if cpu_share is not None:
+            self.cpu_share = cpu_share
         self.__dict__.pop("jobs", None)
 
     def select_jobs(self, patterns: list[str] | None) -> list[Job]:

@@ -79,6 +79,32 @@ def test_an_external_data_model_tunes_and_new_weights_make_it_stale(tmp_path: Pa
     assert "model digest changed" in planned.stdout, planned.stdout
 
 
+
+def test_a_project_kept_between_plan_and_apply_tunes_the_weights_of_now(tmp_path: Path) -> None:
+    """trt_routes.api keeps a Project between calls: an apply after the model was re-exported measures and locks
+    the new weights under their own digest, not the one the earlier plan resolved (apply resolves its jobs
+    again whenever it sets up its executor)."""
+    import sqlite3
+
+    from trt_routes import api
+
+    root = tmp_path / "p"
+    model = external_data_mlp(root / "models")
+    write = manifest(root, {"mlp": {"path": "models/mlp.onnx", "shapes": {"b4": {"x": [4, 16]}}}})
+    project = api.open_project(write)
+    before = project.jobs[0].model_digest
+    assert {jp.action for jp in api.plan(project).jobs} == {"tune"}
+    rewrite_weights(model, seed=7)
+    now = open_project(write).jobs[0].model_digest
+    assert now != before
+    assert api.apply(project).exit_code == 0
+    con = sqlite3.connect(project.cache_path)
+    try:
+        assert {r[0] for r in con.execute("SELECT model_digest FROM trials")} == {now}
+    finally:
+        con.close()
+    assert now in (root / "tuning.lock").read_text() and before not in (root / "tuning.lock").read_text()
+
 @pytest.fixture
 def node_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     node = tmp_path / "node"
