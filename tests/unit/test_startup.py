@@ -203,6 +203,8 @@ def test_a_wrong_noop_guess_only_starts_the_worker_late(tmp_path: Path) -> None:
     """The hint watches the manifest, tuning.lock and the cache, not the models: new weights in a model's
     external data (torch's exporter writes them there) leave it predicting a no-op. That apply starts no
     early worker, finds the model digest changed, starts its worker with the first task and tunes as ever."""
+    import os
+
     from _project import write_manifest
     from _real_models import external_data_mlp, rewrite_weights
 
@@ -230,3 +232,6 @@ def test_a_wrong_noop_guess_only_starts_the_worker_late(tmp_path: Path) -> None:
     assert any("Built 2 trial(s)" in line for line in out), out
     assert (root / "tuning.lock").read_text() != lock  # the new model digest is locked
     assert run("apply")[-1] == "PROBE 0 False True"
+    st = model.stat()
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the model file itself, exported again
+    assert run("apply")[-1] == "PROBE 1 False True"  # the hint watches it: started early, nothing to do

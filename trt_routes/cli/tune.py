@@ -187,7 +187,8 @@ def apply(
         code = _apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose)
         if code == Exit.OK and not dry_run:  # unchanged, these files predict a no-op: no early worker next time
             quiet_hint.remember(hint, [project.loaded.path, project.lock_path, project.cache_path,
-                                       project.cache_path.with_name(project.cache_path.name + "-wal")])
+                                       project.cache_path.with_name(project.cache_path.name + "-wal"),
+                                       *sorted({job.model_path for job in project.jobs})])
         raise typer.Exit(code)
 
 

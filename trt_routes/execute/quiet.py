@@ -6,13 +6,16 @@ given a task, and on a two-core machine its start-up (an interpreter, then ONNX 
 the preload hint) takes the core the coordinator's own start-up could use: ~0.1 s of a ~0.5 s no-op apply.
 
 After an apply that ended with every job done (exit 0), ``remember`` keeps, in the memo (``trt_routes.memo``),
-the size and modification time of the files that apply's next plan reads first: the manifest, tuning.lock
-and the trial cache (its write-ahead log included). The next apply of the same manifest with the same flags
-that finds every one of them unchanged is ``predicted`` to be a no-op and starts no early worker.
+the size and modification time of the files that apply's next plan reads first: the manifest, tuning.lock,
+the trial cache (its write-ahead log included) and each job's model file (a model exported again). The next
+apply of the same manifest with the same flags that finds every one of them unchanged is ``predicted`` to be a
+no-op and starts no early worker.
 
-Only the early start depends on it: a wrong guess (an engine file deleted, an environment variable changed)
-costs that apply a worker started when its first task comes, never a result. Stat calls and one memo read:
-the standard library and ``trt_routes.memo`` only, imported before the worker would start."""
+Only the early start depends on it: a wrong guess (new weights in an external-data file alone, an engine file
+deleted, an environment variable changed) costs that apply a worker started when its first task comes (its
+start-up then counts in that task's time limit, as for any worker started on demand), never a result. Stat
+calls and one memo read: the standard library and ``trt_routes.memo`` only, imported before the worker would
+start."""
 
 from __future__ import annotations
 
