@@ -269,3 +269,33 @@ def test_re_measurements_of_the_earlier_layout_are_read_not_measured_again(
     assert set(plan_actions(manifest)) == {"up-to-date"}
     again = apply(open_project(manifest))
     assert again.built == 0 and remeasurements(manifest) == len(rows) and locked(manifest) == before
+
+
+def test_re_measurements_of_the_earlier_turn_sizing_are_read_not_measured_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache whose re-measurements were keyed by the earlier turn sizing ("mad-1": turns of twice the runs,
+    so more precise ratios) plans up to date and applies without a re-measurement; a fresh one is keyed by
+    the current sizing, whose turns are sized for margin / sqrt 2 (a quarter of the runs of margin / (2 sqrt 2)
+    where the noise, not the floor or the cap, sets a turn's length)."""
+    from trt_routes.manifest.schema import Confirm
+    from trt_routes.selection.confirm import SIZING, remeasure_key, turn_target
+
+    settings = Confirm(**CONFIRM)
+    assert SIZING == "mad-2" and turn_target(settings) == pytest.approx(max(settings.margin, 0.01) / 2 ** 0.5)
+    land = landscape(tmp_path / "l.json", {"": 1.0, "-x=1": 0.8, "-y=1": 0.97, "-x=1 -y=1": 0.85})
+    manifest = replay_project(tmp_path / "p", land, mode="adaptive")
+    use(monkeypatch, manifest, land)
+    assert apply(open_project(manifest)).exit_code == 0
+    before = locked(manifest)
+    project = open_project(manifest)
+    with project.open_cache() as cache, cache.db.conn:
+        rows = list(cache.db.execute("SELECT key, group_key, baseline, challengers FROM remeasurements"))
+        assert rows
+        for key, group, baseline, challengers in rows:
+            assert key == remeasure_key(group, baseline, json.loads(challengers), settings)
+            old = remeasure_key(group, baseline, json.loads(challengers), settings, sizing="mad-1")
+            assert old != key
+            cache.db.execute("UPDATE remeasurements SET key = ? WHERE key = ?", [old, key])
+    assert set(plan_actions(manifest)) == {"up-to-date"}
+    again = apply(open_project(manifest))
+    assert again.built == 0 and remeasurements(manifest) == len(rows) and locked(manifest) == before

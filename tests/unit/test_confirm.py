@@ -255,16 +255,18 @@ def test_a_challenger_stopped_against_after_one_round_is_reported_with_its_ratio
 
 
 def test_turns_are_sized_to_the_noise_within_the_floor_and_the_cap() -> None:
-    from trt_routes.selection.confirm import turn_size, turn_target
+    from trt_routes.selection.confirm import spread_of, turn_size, turn_target
 
-    target = turn_target(Confirm())  # margin 2%: a turn's median within 0.71%
-    assert abs(target - 0.02 / (2 * 2 ** 0.5)) < 1e-12
+    target = turn_target(Confirm())  # margin 2%: a turn's median within 1.41% (the ratio of two within 2%)
+    assert abs(target - 0.02 / 2 ** 0.5) < 1e-12
     quiet = [0.040 * (1 + 0.002 * ((i % 5) - 2)) for i in range(20)]  # 0.04 ms, 0.3% spread
     noisy = [0.040 * (1 + 0.2 * ((i % 5) - 2)) for i in range(20)]  # 30% spread
     assert turn_size(quiet, 10, 0.0, 20.0, target) == 10  # quiet: the iterations floor (0.4 ms)
     assert turn_size(noisy, 10, 0.0, 20.0, target) == 500  # noisy: up to the cap, 20 ms of 0.04 ms runs
-    mid = [0.040 * (1 + 0.02 * ((i % 5) - 2)) for i in range(20)]  # ~3% spread: (1.25 * 0.03 / 0.0071)^2
-    assert 20 < turn_size(mid, 10, 0.0, 20.0, target) < 60
+    mid = [0.040 * (1 + 0.04 * ((i % 5) - 2)) for i in range(20)]  # ~6% spread: (1.25 * 0.06 / 0.0141)^2
+    need = math.ceil((1.2533 * spread_of(mid) / target) ** 2)  # type: ignore[operator]
+    assert 10 < need < 500 and turn_size(mid, 10, 0.0, 20.0, target) == need
+    assert turn_size(mid, 10, 0.0, 20.0, target / 2) >= 3.5 * need  # the earlier target: ~4x the runs
     assert turn_size(quiet, 10, 5.0, 20.0, target) == 125  # slot_ms stays a floor: 5 ms of 0.04 ms runs
     assert turn_size(noisy, 10, 0.0, 0.0, 0.0) == 10  # sizing off: the fixed design
     assert turn_size(noisy, 1000, 0.0, 20.0, target) == 1000  # a p99 turn's 1000 runs are a floor too

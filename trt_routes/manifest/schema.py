@@ -174,7 +174,7 @@ class Confirm(Strict):
     slot_ms: Number = Field(default=0.0, ge=0, le=60_000, description="each route's turn in a round lasts "
                             "at least this long (0: sized to the noise alone, see max_slot_ms)")
     max_slot_ms: Number = Field(default=20.0, ge=0, le=60_000, description="turns are sized to the noise seen: "
-                                "enough runs that a turn's median is within margin/(2*sqrt 2) of the truth (from "
+                                "enough runs that a turn's median is within margin/sqrt 2 of the truth (from "
                                 "the baseline's spread), at most this long (0: not sized, iterations and slot_ms "
                                 "alone)")
     confidence: Number = Field(default=0.95, gt=0.5, lt=1, description="of the ratio's bootstrap interval, "

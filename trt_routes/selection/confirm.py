@@ -136,9 +136,14 @@ PILOT_RUNS = 20
 
 
 def turn_target(settings: Confirm) -> float:
-    """The relative standard error a turn's median is sized for: margin / (2 sqrt 2), so the ratio of two
-    turns is within half the margin (a margin under 1% is sized as 1%: a turn cannot grow without end)."""
-    return 0.0 if settings.max_slot_ms <= 0 else max(settings.margin, 0.01) / (2.0 * math.sqrt(2.0))
+    """The relative standard error a turn's median is sized for: margin / sqrt 2, so the ratio of two turns has
+    a standard error of the margin (a margin under 1% is sized as 1%: a turn cannot grow without end).
+
+    The sign test reads only which side of 1 and of 1 - margin each ratio falls, so turns need not resolve the
+    margin one by one: sized for half of it (``SIZING`` "mad-1") they took up to four times the runs (where the
+    noise, not ``iterations`` or ``max_slot_ms``, sets their length) for much the same verdicts (bench/RESULTS.md,
+    eighth round: bench/search.py over every landscape)."""
+    return 0.0 if settings.max_slot_ms <= 0 else max(settings.margin, 0.01) / math.sqrt(2.0)
 
 
 def spread_of(samples: Sequence[float], block: int = 0) -> float | None:
@@ -428,6 +433,11 @@ DESIGN = "sequential-2"
 #: Designs whose stored records this version reads (``Remeasurement.paired_ratios`` pairs both layouts alike:
 #: every "sequential-1" challenger slot follows its baseline slot), newest first; only ``DESIGN`` is written.
 READ_DESIGNS = (DESIGN, "sequential-1")
+#: How turns are sized (``turn_target``; part of the key where turns are sized): "mad-2" for the margin / sqrt 2
+#: target. Records of "mad-1" (margin / (2 sqrt 2): the same turns, twice the runs, so more precise ratios) are
+#: read alike, so an upgrade re-measures nothing; only ``SIZING`` is written.
+SIZING = "mad-2"
+READ_SIZINGS = (SIZING, "mad-1")
 #: The turns' engines were loaded afresh for each turn (``Backend.reload_each_turn``: ONNX Runtime), not kept
 #: loaded side by side; part of the key, so records measured with kept sessions (which slowed each other on
 #: small hosts) are not read as these.
@@ -435,18 +445,19 @@ TURNS_RELOAD = "reload-1"
 
 
 def remeasure_key(group_key: str, baseline: str, challengers: Sequence[str], settings: Confirm,
-                  rule: bool = False, statistic: str = "p50", turns: str = "", design: str = DESIGN) -> str:
+                  rule: bool = False, statistic: str = "p50", turns: str = "", design: str = DESIGN,
+                  sizing: str = SIZING) -> str:
     """Cache key of a re-measurement: the job group, the routes and the re-measurement protocol. Not the
     margin or confidence: a stored record is reused under another rule wherever it decides every challenger
     under that rule too (``decides``; each challenger's ratios are a sequence any stopping rule may read).
     ``rule``: the key of a record measured because the rule-free one did not decide under this rule (then
     margin, confidence and the error cap are part of it). ``turns``: ``TURNS_RELOAD`` for a backend whose
     turns load their engine afresh (keys of other backends read as before). ``design``: an older one of
-    ``READ_DESIGNS``, to read what it stored."""
+    ``READ_DESIGNS``, to read what it stored; ``sizing``: an older one of ``READ_SIZINGS``, likewise."""
     protocol: dict[str, Any] = {"rounds": settings.rounds, "iterations": settings.iterations,
                                 "slot_ms": settings.slot_ms, "protocol": PROTOCOL_VERSION, "design": design}
     if settings.max_slot_ms > 0:  # turns sized to the noise (sizing off: keys read as before it)
-        protocol.update(max_slot_ms=settings.max_slot_ms, sizing="mad-1")
+        protocol.update(max_slot_ms=settings.max_slot_ms, sizing=sizing)
     if rule:
         protocol.update(margin=settings.margin, confidence=settings.confidence, error_cap=ERROR_CAP)
     if statistic != "p50":  # a tail objective's turns are quantiles of more runs (median keys read as before)

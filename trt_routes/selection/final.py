@@ -8,6 +8,7 @@ reports as missing (``trt_routes.tune.apply``) and asks again."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 
 from trt_routes.cache import facts
@@ -18,6 +19,7 @@ from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key
 from trt_routes.selection.confirm import (
     READ_DESIGNS,
+    READ_SIZINGS,
     TURNS_RELOAD,
     Remeasurement,
     Request,
@@ -67,18 +69,21 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
     def lookup(baseline: str, challengers: tuple[str, ...]) -> Remeasurement | None:
         if settings is None:
             return None
-        for design in READ_DESIGNS:  # the current layout's records first, then older ones it reads alike
-            for rule in (False, True):
-                data = facts.remeasurement(cache, remeasure_key(job.group_key, baseline, challengers, settings,
-                                                                rule=rule, statistic=statistic, turns=turns,
-                                                                design=design), job.group_key)
-                if data is None:
-                    continue
-                m = Remeasurement.from_json(data)
-                # the rule-free record: measured under another margin or confidence, used where it decides under
-                # this one too; the rule's own record: as it is
-                if rule or decides(m, settings):
-                    return m
+        # the current layout's and sizing's records first, then older ones it reads alike (turns not sized: one
+        # key for every sizing)
+        seen: set[str] = set()
+        for design, sizing, rule in itertools.product(READ_DESIGNS, READ_SIZINGS, (False, True)):
+            key = remeasure_key(job.group_key, baseline, challengers, settings, rule=rule, statistic=statistic,
+                                turns=turns, design=design, sizing=sizing)
+            data = facts.remeasurement(cache, key, job.group_key) if key not in seen else None
+            seen.add(key)
+            if data is None:
+                continue
+            m = Remeasurement.from_json(data)
+            # the rule-free record: measured under another margin or confidence, used where it decides under
+            # this one too; the rule's own record: as it is
+            if rule or decides(m, settings):
+                return m
         return None
 
     return lookup
