@@ -152,8 +152,8 @@ def test_the_console_script_starts_without_the_collector_and_turns_it_on_for_the
     assert version.stdout.splitlines()[-1].startswith("GC True {}"), version.stdout  # no project: on at exit
 
 
-#: Runs the console script's ``main`` on argv[1:]; at exit prints how many workers it started and whether
-#: sqlite-utils and filelock were imported.
+#: Runs the console script's ``main`` on argv[1:]; at exit prints how many workers it started, whether
+#: sqlite-utils and filelock were imported, and how many times the project's jobs were resolved.
 _QUIET_PROBE = """
 import atexit, sys
 sys.argv = ["trt-routes", *sys.argv[1:]]
@@ -165,7 +165,14 @@ def counting(self, *args, **kwargs):
     init(self, *args, **kwargs)
 spawn.Worker.__init__ = counting
 atexit.register(lambda: print("PROBE", len(started), *(m in sys.modules for m in ("sqlite_utils", "filelock")),
-                              flush=True))
+                              "resolved", len(resolved), flush=True))
+import trt_routes.project as project
+resolved = []
+resolve = project.resolve_jobs
+def resolving(*args, **kwargs):
+    resolved.append(1)
+    return resolve(*args, **kwargs)
+project.resolve_jobs = resolving
 from trt_routes.cli.app import main
 main()
 """
@@ -190,13 +197,14 @@ def test_a_noop_apply_starts_no_worker_and_no_noop_command_imports_sqlite_utils(
         return out.stdout.splitlines()[-1]
 
     first = run("apply").split()
-    assert first[0] == "PROBE" and int(first[1]) >= 1 and first[2:] == ["True", "True"]  # it built: it wrote
-    assert run("apply") == "PROBE 0 False True"  # predicted up to date: no worker; the lock, no sqlite-utils
-    assert run("plan") == "PROBE 0 False False"
+    assert first[0] == "PROBE" and int(first[1]) >= 1 and first[2:4] == ["True", "True"]  # it built: it wrote
+    # predicted up to date: no worker, the jobs resolved once (for the executor), the lock, no sqlite-utils
+    assert run("apply") == "PROBE 0 False True resolved 1"
+    assert run("plan") == "PROBE 0 False False resolved 1"
     st = manifest.stat()
     os.utime(manifest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the manifest may have changed
-    assert run("apply") == "PROBE 1 False True"  # started early, found nothing to do, stopped
-    assert run("apply") == "PROBE 0 False True"
+    assert run("apply") == "PROBE 1 False True resolved 2"  # started early (told the jobs' backends), stopped
+    assert run("apply") == "PROBE 0 False True resolved 1"
 
 
 def test_a_wrong_noop_guess_only_starts_the_worker_late(tmp_path: Path) -> None:
@@ -224,14 +232,14 @@ def test_a_wrong_noop_guess_only_starts_the_worker_late(tmp_path: Path) -> None:
         return out.stdout.splitlines()
 
     assert run("apply")[-1].startswith("PROBE 1 ")
-    assert run("apply")[-1] == "PROBE 0 False True"
+    assert run("apply")[-1] == "PROBE 0 False True resolved 1"
     lock = (root / "tuning.lock").read_text()
     rewrite_weights(model, seed=7)
     out = run("apply")
-    assert out[-1] == "PROBE 1 True True", out  # no early worker; one started for the first task
+    assert out[-1] == "PROBE 1 True True resolved 1", out  # no early worker; one for the first task
     assert any("Built 2 trial(s)" in line for line in out), out
     assert (root / "tuning.lock").read_text() != lock  # the new model digest is locked
-    assert run("apply")[-1] == "PROBE 0 False True"
+    assert run("apply")[-1] == "PROBE 0 False True resolved 1"
     st = model.stat()
     os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # the model file itself, exported again
-    assert run("apply")[-1] == "PROBE 1 False True"  # the hint watches it: started early, nothing to do
+    assert run("apply")[-1] == "PROBE 1 False True resolved 2"  # the hint watches it: started early

@@ -171,7 +171,8 @@ def apply(
     early = not (dry_run or frozen) and (executor or "local") == "local" and not quiet_hint.predicted(hint)
     with early_worker(enabled=early):
         project = open_project(manifest)
-        warm_early(select_jobs(project, only))  # before apply's own imports: the worker imports the backends meanwhile
+        if only or early:  # --only is checked against the jobs; an early worker imports their backends meanwhile
+            warm_early(select_jobs(project, only))  # (else apply resolves them once, for its executor)
         from trt_routes.plan.saved import load_plan
         from trt_routes.tune.apply import ApplyOptions
         saved = load_plan(plan_file) if plan_file is not None and not frozen else None
