@@ -165,6 +165,15 @@ def test_plan_on_a_fresh_project_creates_no_file(project: Path) -> None:
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # no caches/trials.sqlite
 
 
+
+def test_a_model_error_comes_before_the_executors_and_the_locks_checks(project: Path) -> None:
+    """A missing model is the first thing apply reports, whatever else its flags would refuse: the jobs are
+    resolved before the executor is set up (-j beyond the cores) or a lockfile is looked for (--frozen)."""
+    (project.parent / "models" / "cnn.onnx").unlink()
+    for command in (["apply"], ["apply", "--dry-run", "-j", "999"], ["apply", "--frozen"]):
+        code, out = cli(*command, "-m", str(project))
+        assert code == 2 and "not found" in out and "cnn.onnx" in out, (command, out)
+
 def test_only_matching_no_job_is_a_usage_error(project: Path) -> None:
     for command in (["plan"], ["plan", "--check"], ["apply"], ["apply", "--dry-run"], ["status"],
                     ["lock", "check"]):

@@ -168,11 +168,14 @@ def apply(
 
     hint = quiet_hint.key(manifest, {"only": only, "workers": workers, "executor": executor,
                                 "retry_failed": retry_failed, "plan": str(plan_file) if plan_file else None})
-    early = not (dry_run or frozen) and (executor or "local") == "local" and not quiet_hint.predicted(hint)
+    predicted = quiet_hint.predicted(hint)
+    early = not (dry_run or frozen) and (executor or "local") == "local" and not predicted
     with early_worker(enabled=early):
         project = open_project(manifest)
-        if only or early:  # --only is checked against the jobs; an early worker imports their backends meanwhile
-            warm_early(select_jobs(project, only))  # (else apply resolves them once, for its executor)
+        # the jobs first (--only checked, an early worker told their backends, a manifest or model error before
+        # any other); a predicted no-op leaves them to apply, which resolves them once for its executor
+        if only or not predicted:
+            warm_early(select_jobs(project, only))
         from trt_routes.plan.saved import load_plan
         from trt_routes.tune.apply import ApplyOptions
         saved = load_plan(plan_file) if plan_file is not None and not frozen else None

@@ -434,8 +434,8 @@ DESIGN = "sequential-2"
 #: every "sequential-1" challenger slot follows its baseline slot), newest first; only ``DESIGN`` is written.
 READ_DESIGNS = (DESIGN, "sequential-1")
 #: How turns are sized (``turn_target``; part of the key where turns are sized): "mad-2" for the margin / sqrt 2
-#: target. Records of "mad-1" (margin / (2 sqrt 2): the same turns, twice the runs, so more precise ratios) are
-#: read alike, so an upgrade re-measures nothing; only ``SIZING`` is written.
+#: target. Records of "mad-1" (margin / (2 sqrt 2): the same turns, up to four times the runs, so more precise
+#: ratios) are read alike, so an upgrade re-measures nothing; only ``SIZING`` is written.
 SIZING = "mad-2"
 READ_SIZINGS = (SIZING, "mad-1")
 #: The turns' engines were loaded afresh for each turn (``Backend.reload_each_turn``: ONNX Runtime), not kept
