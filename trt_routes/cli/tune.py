@@ -190,9 +190,7 @@ def apply(
                 dry_run=dry_run), as_json=as_json, quiet=quiet))
         code = _apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose)
         if code == Exit.OK and not dry_run:  # unchanged, these files predict a no-op: no early worker next time
-            quiet_hint.remember(hint, [project.loaded.path, project.lock_path, project.cache_path,
-                                       project.cache_path.with_name(project.cache_path.name + "-wal"),
-                                       *sorted({job.model_path for job in project.jobs})])
+            quiet_hint.remember(hint, quiet_hint.project_files(project))
         raise typer.Exit(code)
 
 

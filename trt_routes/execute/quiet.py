@@ -19,14 +19,17 @@ start."""
 
 from __future__ import annotations
 
-__all__ = ["KIND", "key", "predicted", "remember"]
+__all__ = ["KIND", "key", "predicted", "project_files", "remember"]
 
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trt_routes import memo
+
+if TYPE_CHECKING:
+    from trt_routes.project import Project
 
 #: The memo's kind for these hints.
 KIND = "quiet-apply"
@@ -34,7 +37,7 @@ KIND = "quiet-apply"
 
 def key(manifest: Path | str, flags: Mapping[str, Any]) -> dict[str, Any]:
     """What a hint is kept under: the manifest's absolute path and the apply flags that change its plan."""
-    return {"manifest": os.path.abspath(manifest), "flags": {k: flags[k] for k in sorted(flags)}}
+    return {"manifest": os.path.abspath(manifest), "flags": dict(flags)}  # the memo compares keys as data
 
 
 def _stats(paths: Iterable[str]) -> list[list[Any]]:
@@ -54,6 +57,14 @@ def predicted(hint_key: Mapping[str, Any]) -> bool:
     if not isinstance(seen, list) or not seen or not all(isinstance(s, list) and len(s) == 3 for s in seen):
         return False
     return _stats(str(s[0]) for s in seen) == seen
+
+
+def project_files(project: Project) -> list[Path]:
+    """The files a hint watches for ``project``: its manifest, tuning.lock, the trial cache and its write-ahead
+    log, each job's model file."""
+    cache = project.cache_path
+    return [project.loaded.path, project.lock_path, cache, cache.with_name(cache.name + "-wal"),
+            *sorted({job.model_path for job in project.jobs})]
 
 
 def remember(hint_key: Mapping[str, Any], files: Iterable[Path]) -> None:

@@ -69,14 +69,13 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
     def lookup(baseline: str, challengers: tuple[str, ...]) -> Remeasurement | None:
         if settings is None:
             return None
-        # the current layout's and sizing's records first, then older ones it reads alike (turns not sized: one
-        # key for every sizing)
-        seen: set[str] = set()
-        for design, sizing, rule in itertools.product(READ_DESIGNS, READ_SIZINGS, (False, True)):
-            key = remeasure_key(job.group_key, baseline, challengers, settings, rule=rule, statistic=statistic,
-                                turns=turns, design=design, sizing=sizing)
-            data = facts.remeasurement(cache, key, job.group_key) if key not in seen else None
-            seen.add(key)
+        # the current layout's and sizing's records first, then older ones it reads alike (each key once: with
+        # turns not sized, every sizing has the same key)
+        keys = {remeasure_key(job.group_key, baseline, challengers, settings, rule=rule, statistic=statistic,
+                              turns=turns, design=design, sizing=sizing): rule
+                for design, sizing, rule in itertools.product(READ_DESIGNS, READ_SIZINGS, (False, True))}
+        for key, rule in keys.items():
+            data = facts.remeasurement(cache, key, job.group_key)
             if data is None:
                 continue
             m = Remeasurement.from_json(data)
