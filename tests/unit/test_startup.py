@@ -112,6 +112,31 @@ def test_the_early_worker_starts_before_the_coordinator_imports_numpy_or_the_wor
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+def test_a_worker_spawned_from_a_script_does_not_run_the_script_again(tmp_path: Path) -> None:
+    """The ``trt-routes`` console script is a file: a spawned child runs its parent's main file again, which
+    imported the whole CLI (typer, rich, pydantic) into every worker. Workers leave it behind, as they leave
+    a user's own script calling ``trt_routes.api`` (its top level runs once)."""
+    marker = tmp_path / "ran.txt"
+    script = tmp_path / "trt-routes"  # pip's console script, plus a probe run where main() would run
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from trt_routes.cli.app import main\n"
+        f"with open({str(marker)!r}, 'a') as fh:\n"
+        "    fh.write('ran\\n')\n"
+        "if __name__ == '__main__':\n"
+        "    from _exec_probe import ModulesProbe\n"
+        "    from trt_routes.execute.local import LocalExecutor\n"
+        "    with LocalExecutor() as ex:\n"
+        "        result = ex.run(ModulesProbe(names=('typer', 'rich', 'pydantic', 'trt_routes.cli.app')), 60)\n"
+        "    print(result.status, result.meta.get('loaded'), sys.modules['__main__'].__file__ == __file__)\n"
+    )
+    proc = subprocess.run([sys.executable, "-P", str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[-2] == "ok [] True"  # the parent's __main__ is its own again
+    assert marker.read_text() == "ran\n"
+
+
 #: Runs the console script's ``main`` on argv[1:], reporting the collector's state at exit and during the
 #: command's first trt-routes call after the project is loaded.
 _GC_PROBE = """

@@ -13,7 +13,9 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
+import types
 from collections.abc import Iterator, Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -63,6 +65,27 @@ def _spawn_context(env: Mapping[str, str], cpus: frozenset[int] | None) -> Itera
                 os.sched_setaffinity(0, saved_cpus)
 
 
+@contextlib.contextmanager
+def _main_left_behind() -> Iterator[None]:
+    """While a child is spawned, a ``__main__`` that is a script file (the ``trt-routes`` console script, a
+    user's own script calling ``trt_routes.api``) is replaced by an empty module.
+
+    A spawned child runs the parent's main script again (as ``__mp_main__``) so that it can unpickle
+    functions defined there. A worker's tasks are all trt-routes objects, so that run is pure cost: for the
+    console script it imported the whole CLI (typer, rich, pydantic, every command module), ~70 ms of every
+    worker's start-up, and it re-ran whatever a user's script does at import. A main module run with
+    ``-m`` (whose spec names it) or ``-c`` (no file) is left alone: the child does not run those again."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None or not getattr(main, "__file__", None):
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def _signal_name(code: int | None) -> str:
     if code is None:
         return "unknown"
@@ -85,7 +108,7 @@ class Worker:
         self.proc: BaseProcess = ctx.Process(target=_serve, args=(child,), daemon=True)
         self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
         try:
-            with _spawn_context(env, cpus):
+            with _spawn_context(env, cpus), _main_left_behind():
                 self.proc.start()
         except OSError as exc:
             self.start_error = f"{type(exc).__name__}: {exc}"
