@@ -203,11 +203,11 @@ main()
 """
 
 
-def test_a_noop_apply_starts_no_worker_and_no_noop_command_imports_sqlite_utils(tmp_path: Path) -> None:
+def test_a_noop_apply_starts_no_worker_and_neither_plan_nor_apply_imports_sqlite_utils(tmp_path: Path) -> None:
     """After an apply that finished, the next apply of the same manifest whose manifest, lock and cache are as
     that apply left them starts no early worker (trt_routes.execute.quiet); a changed manifest gets one again.
-    A no-op plan or apply reads the cache through sqlite3 alone (sqlite-utils, click, pluggy: ~30 ms), and
-    plan takes no project lock (filelock)."""
+    A plan or apply reads and writes the cache through sqlite3 alone (sqlite-utils, click, pluggy: ~30 ms), a
+    first apply creating it too, and plan takes no project lock (filelock)."""
     import os
 
     from _project import make_project
@@ -222,7 +222,7 @@ def test_a_noop_apply_starts_no_worker_and_no_noop_command_imports_sqlite_utils(
         return out.stdout.splitlines()[-1]
 
     first = run("apply").split()
-    assert first[0] == "PROBE" and int(first[1]) >= 1 and first[2:4] == ["True", "True"]  # it built: it wrote
+    assert first[0] == "PROBE" and int(first[1]) >= 1 and first[2:4] == ["False", "True"]  # built, and locked
     # predicted up to date: no worker, the jobs resolved once (for the executor), the lock, no sqlite-utils
     assert run("apply") == "PROBE 0 False True resolved 1"
     assert run("plan") == "PROBE 0 False False resolved 1"
@@ -261,7 +261,7 @@ def test_a_wrong_noop_guess_only_starts_the_worker_late(tmp_path: Path) -> None:
     lock = (root / "tuning.lock").read_text()
     rewrite_weights(model, seed=7)
     out = run("apply")
-    assert out[-1] == "PROBE 1 True True resolved 1", out  # no early worker; one for the first task
+    assert out[-1] == "PROBE 1 False True resolved 1", out  # no early worker; one for the first task
     assert any("Built 2 trial(s)" in line for line in out), out
     assert (root / "tuning.lock").read_text() != lock  # the new model digest is locked
     assert run("apply")[-1] == "PROBE 0 False True resolved 1"

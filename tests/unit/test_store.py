@@ -39,6 +39,21 @@ def test_trials_round_trip_and_group_by_key(tmp_path: Path) -> None:
         assert cache.add_trials([rec(1), rec(5)], {}) == 1  # existing ids kept: trials are immutable
 
 
+def test_the_migrations_make_the_schema_sqlite_utils_made(tmp_path: Path) -> None:
+    """The migrations are SQL since a fresh cache stopped importing sqlite-utils; the tables, indexes and
+    triggers they make are, statement for statement, those of a cache that sqlite-utils' ``Table.create`` made
+    (``tests/fixtures/cache-schema-4.json``, written by that code), so both kinds of cache read and migrate
+    alike."""
+    import json
+
+    golden = json.loads((Path(__file__).parents[1] / "fixtures" / "cache-schema-4.json").read_text())
+    CacheStore(tmp_path / "c.sqlite").close()
+    with sqlite3.connect(tmp_path / "c.sqlite") as conn:
+        assert [list(r) for r in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")] \
+            == golden["sqlite_master"]
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == golden["user_version"] == SCHEMA_VERSION
+
+
 def test_newer_cache_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
     CacheStore(path).close()
@@ -59,7 +74,7 @@ def test_an_older_cache_gains_change_counters_that_every_writer_bumps(tmp_path: 
     path = tmp_path / "c.sqlite"
     db = sqlite_utils.Database(path)
     for step in MIGRATIONS[:3]:
-        step(db)
+        step(db.conn)
     db.execute("PRAGMA user_version = 3")
     db["trials"].insert(rec(1).to_row())
     db.conn.commit()
@@ -120,11 +135,8 @@ def test_two_processes_creating_one_cache_at_once_both_open_it(tmp_path: Path) -
     first = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     first.execute("PRAGMA journal_mode = wal")
     first.execute("BEGIN IMMEDIATE")  # the other process, midway through creating the schema
-    import sqlite_utils
-
-    other = sqlite_utils.Database(first)
     for step in MIGRATIONS:
-        step(other)
+        step(first)
     first.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     timer = threading.Timer(0.5, lambda: first.execute("COMMIT"))
     timer.start()

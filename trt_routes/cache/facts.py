@@ -16,13 +16,12 @@ from trt_routes.cache.store import CacheStore, now
 
 def add_remeasurement(cache: CacheStore, key: str, group_key: str, job: str, data: Mapping[str, Any]) -> None:
     """Store one re-measurement (``Remeasurement.to_json()``); an existing key is kept (facts are immutable)."""
-    with cache.db.conn:
-        cache.db.table("remeasurements").insert(
-            {"key": key, "group_key": group_key, "job": job, "baseline": data["baseline"],
-             "challengers": json.dumps(list(data["challengers"])), "data": json.dumps(data, allow_nan=False),
-             "created_at": now(), "host": socket.gethostname(), "tool_version": __version__},
-            pk="key", ignore=True,
-        )
+    row = {"key": key, "group_key": group_key, "job": job, "baseline": data["baseline"],
+           "challengers": json.dumps(list(data["challengers"])), "data": json.dumps(data, allow_nan=False),
+           "created_at": now(), "host": socket.gethostname(), "tool_version": __version__}
+    with cache.conn:
+        cache.conn.execute(f"INSERT OR IGNORE INTO remeasurements ({', '.join(row)}) "
+                           f"VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
 
 def remeasurement(cache: CacheStore, key: str, group_key: str) -> dict[str, Any] | None:
@@ -68,12 +67,12 @@ def search_state(cache: CacheStore, group_key: str, strategy_key: str) -> dict[s
 
 def put_search_state(cache: CacheStore, group_key: str, strategy_key: str, job: str, warm: list[str],
                      state: str, builds: int, seconds: float) -> None:
-    with cache.db.conn:
-        cache.db.table("searches").upsert(
-            {"group_key": group_key, "strategy_key": strategy_key, "job": job, "warm": json.dumps(warm),
-             "state": state, "builds": builds, "seconds": seconds, "updated_at": now()},
-            pk=("group_key", "strategy_key"),
-        )
+    row = {"group_key": group_key, "strategy_key": strategy_key, "job": job, "warm": json.dumps(warm),
+           "state": state, "builds": builds, "seconds": seconds, "updated_at": now()}
+    updates = ", ".join(f"{col} = excluded.{col}" for col in row if col not in ("group_key", "strategy_key"))
+    with cache.conn:
+        cache.conn.execute(f"INSERT INTO searches ({', '.join(row)}) VALUES ({', '.join('?' * len(row))}) "
+                           f"ON CONFLICT (group_key, strategy_key) DO UPDATE SET {updates}", list(row.values()))
 
 
 def current_winners(cache: CacheStore) -> dict[str, str]:

@@ -1,14 +1,14 @@
 """sqlite-utils, imported when the cache first writes through it, without its optional pandas and numpy imports.
 
-A ``CacheStore`` reads and does its hot writes through its own ``sqlite3`` connection; sqlite-utils (table
-inserts and upserts, schema migrations, maintenance) wraps that same connection the first time a caller asks
-for ``CacheStore.db``. A no-op ``plan`` or ``apply`` never does, and so never imports it: sqlite-utils, click,
-pluggy, dateutil and the scan of installed packages' entry points for sqlite-utils plugins are ~30-40 ms of a
-command's start-up (``bench/tool_time.py``).
+A ``CacheStore`` reads and writes through its own ``sqlite3`` connection, and its schema migrations are SQL;
+sqlite-utils (bulk inserts of bundles and merges, maintenance) wraps that same connection the first time a caller
+asks for ``CacheStore.db``. ``plan`` and ``apply`` never do, and so never import it: sqlite-utils, click, pluggy,
+dateutil and the scan of installed packages' entry points for sqlite-utils plugins are ~30-40 ms of a command's
+start-up, and of a first apply's path to its first task (``bench/tool_time.py``).
 
 ``sqlite_utils.db`` imports pandas and numpy whenever they are installed, only to map ``pandas.Timestamp``
 and numpy scalar types to column types when it infers a table's columns from values. The cache never does:
-every table is created from Python types (``trt_routes.cache.schema``), and rows hold Python values. Those
+its tables are created by SQL (``trt_routes.cache.schema``), and rows hold Python values. Those
 imports cost 130 ms (pandas) and 40 ms (numpy). While sqlite-utils is imported, a ``None`` entry in
 ``sys.modules`` makes each import fail as if the package were absent; the entries are removed again at once,
 so pandas and numpy import normally later (``trt_routes.api`` hands out DataFrames, apply's trial statistics

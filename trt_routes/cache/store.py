@@ -190,8 +190,9 @@ class CacheStore:
 
     @functools.cached_property
     def db(self) -> sqlite_utils.Database:
-        """sqlite-utils over this store's connection, imported on first use (``trt_routes.cache.sqlite``): table
-        inserts and upserts, maintenance. Reads and the per-trial writes go through ``conn`` and ``query``."""
+        """sqlite-utils over this store's connection, imported on first use (``trt_routes.cache.sqlite``): bulk
+        inserts (bundles, merges) and maintenance. Reads and apply's writes (one statement or two each) go
+        through ``conn`` and ``query``, so an apply never imports it (~30 ms on its path to the first task)."""
         from trt_routes.cache.sqlite import database
 
         return database(self.conn)
@@ -246,19 +247,15 @@ class CacheStore:
     @_guarded
     def add_reference(self, key: str, inputs_sha: str, outputs_sha: str) -> None:
         with self.conn:
-            self.db.table("references").insert(
-                {"key": key, "inputs_sha256": inputs_sha, "outputs_sha256": outputs_sha,
-                 "created_at": now()}, pk="key", replace=True,
-            )
+            self.conn.execute("INSERT OR REPLACE INTO [references] (key, inputs_sha256, outputs_sha256, created_at) "
+                              "VALUES (?, ?, ?, ?)", [key, inputs_sha, outputs_sha, now()])
 
     @_guarded
     def add_decision(self, job: str, route: str | None, previous: str | None, reason: str,
                      engine_sha: str) -> None:
         with self.conn:
-            self.db.table("decisions").insert(
-                {"job": job, "at": now(), "route": route, "previous_route": previous, "reason": reason,
-                 "engine_sha256": engine_sha}
-            )
+            self.conn.execute("INSERT INTO decisions (job, at, route, previous_route, reason, engine_sha256) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", [job, now(), route, previous, reason, engine_sha])
 
     @_guarded
     def delete_trials(self, ids: Iterable[str]) -> None:
