@@ -41,7 +41,7 @@ def start(self, jp, active):
     return tuning
 ap.Applier.start = start
 atexit.register(lambda: print("NUMPY", "numpy" in sys.modules, seen, flush=True))
-from trt_routes.cli.app import main
+from trt_routes.cli.launch import main
 main()
 """
 
@@ -137,6 +137,74 @@ def test_a_worker_spawned_from_a_script_does_not_run_the_script_again(tmp_path: 
     assert marker.read_text() == "ran\n"
 
 
+#: Runs the console script's ``main`` on argv[1:]; at exit prints, for each worker started, whether typer had
+#: been imported when it started.
+_LAUNCH_PROBE = """
+import atexit, sys
+sys.argv = ["trt-routes", *sys.argv[1:]]
+import trt_routes.execute.spawn as spawn
+seen = []
+init = spawn.Worker.__init__
+def spy(self, *args, **kwargs):
+    seen.append("typer" in sys.modules)
+    init(self, *args, **kwargs)
+spawn.Worker.__init__ = spy
+atexit.register(lambda: print("LAUNCH", seen, flush=True))
+from trt_routes.cli.launch import main
+main()
+"""
+
+
+def test_the_console_script_starts_an_applys_worker_before_the_cli_imports(tmp_path: Path) -> None:
+    """cli.launch guesses from the raw arguments: an apply's worker starts before typer (and rich, pydantic, the
+    command modules: ~0.1 s) is imported; a dry run, a plan or a command with a flag that sends the work
+    elsewhere start none; the next apply, predicted to find nothing to do, none either."""
+    from _project import make_project
+    from conftest import load_make_models
+
+    manifest = make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m"))
+
+    def run(*argv: str) -> str:
+        out = subprocess.run([sys.executable, "-P", "-c", _LAUNCH_PROBE, *argv], capture_output=True, text=True,
+                             timeout=300, cwd=manifest.parent)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()[-1]
+
+    assert run("plan") == "LAUNCH []"
+    assert run("apply", "--dry-run") == "LAUNCH []"
+    assert run("apply") == "LAUNCH [False]"  # started before the CLI's imports, and taken by the executor
+    assert run("apply") == "LAUNCH []"  # this command line in this folder: predicted up to date
+
+
+@pytest.mark.parametrize(("argv", "env", "guess"), [
+    (["apply"], {}, True),
+    (["apply", "--only", "a", "-j", "1"], {}, True),
+    (["apply", "--dry-run"], {}, False),
+    (["apply", "--frozen"], {}, False),
+    (["apply", "--executor=ray"], {}, False),
+    (["apply", "--executor", "local"], {}, False),  # not parsed: any --executor is left to the command
+    (["apply", "--help"], {}, False),
+    (["apply"], {"TRT_ROUTES_EXECUTOR": "ray"}, False),
+    (["apply"], {"TRT_ROUTES_EXECUTOR": "local"}, True),
+    (["plan"], {}, False),
+    (["--version"], {}, False),
+    ([], {}, False),
+])
+def test_the_launchers_guess_from_the_raw_arguments(argv: list[str], env: dict[str, str], guess: bool,
+                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trt_routes.cli.launch import early_guess
+    from trt_routes.execute import quiet
+
+    monkeypatch.setenv("TRT_ROUTES_MEMO", str(tmp_path / "memo"))
+    monkeypatch.delenv("TRT_ROUTES_EXECUTOR", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(quiet, "LAUNCHED", {})
+    assert early_guess(argv) is guess
+    assert bool(quiet.LAUNCHED) is guess  # apply uses the launcher's key and prediction when it made one
+
+
 #: Runs the console script's ``main`` on argv[1:], reporting the collector's state at exit and during the
 #: command's first trt-routes call after the project is loaded.
 _GC_PROBE = """
@@ -155,7 +223,7 @@ import trt_routes.cli.tune
 trt_routes.cli.tune.open_project = spy
 atexit.register(lambda: print("GC", gc.isenabled(), seen, flush=True))
 sys.argv = ["trt-routes", *sys.argv[1:]]
-from trt_routes.cli.app import main
+from trt_routes.cli.launch import main
 main()
 """
 
@@ -198,7 +266,7 @@ def resolving(*args, **kwargs):
     resolved.append(1)
     return resolve(*args, **kwargs)
 project.resolve_jobs = resolving
-from trt_routes.cli.app import main
+from trt_routes.cli.launch import main
 main()
 """
 

@@ -138,7 +138,8 @@ def _main(
 
 
 def main() -> None:
-    """The ``trt-routes`` console script: run the command, then leave without the interpreter's teardown.
+    """Run the command (the ``trt-routes`` console script, after ``cli.launch``), then leave without the
+    interpreter's teardown.
 
     Every exit handler still runs (``atexit``: multiprocessing's children, logging, temporary folders) and
     the standard streams are flushed; what is skipped is the module-by-module teardown of numpy, pydantic,
@@ -163,6 +164,9 @@ def main() -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # a closed pipe (| head): as the interpreter's own exit says it, 120
         code = code or 120
+    spawn = sys.modules.get("trt_routes.execute.spawn")
+    if spawn is not None:  # an early worker no command took (the launcher's, before a usage error)
+        spawn.stop_early()
     atexit._run_exitfuncs()
     os._exit(code or 0)
 

@@ -166,9 +166,12 @@ def apply(
     from trt_routes.execute import quiet as quiet_hint  # the standard library and the memo: the worker starts first
     from trt_routes.execute.spawn import early_worker, warm_early
 
-    hint = quiet_hint.key(manifest, {"only": only, "workers": workers, "executor": executor,
-                                "retry_failed": retry_failed, "plan": str(plan_file) if plan_file else None})
-    predicted = quiet_hint.predicted(hint)
+    if quiet_hint.LAUNCHED:  # the console script guessed before the imports (cli.launch): its key and guess
+        hint, predicted = quiet_hint.LAUNCHED["key"], bool(quiet_hint.LAUNCHED["predicted"])
+    else:
+        hint = quiet_hint.key(manifest, {"only": only, "workers": workers, "executor": executor,
+                                    "retry_failed": retry_failed, "plan": str(plan_file) if plan_file else None})
+        predicted = quiet_hint.predicted(hint)
     early = not (dry_run or frozen) and (executor or "local") == "local" and not predicted
     with early_worker(enabled=early):
         project = open_project(manifest)

@@ -19,7 +19,7 @@ start."""
 
 from __future__ import annotations
 
-__all__ = ["KIND", "key", "predicted", "project_files", "remember"]
+__all__ = ["KIND", "LAUNCHED", "command_key", "key", "predicted", "project_files", "remember"]
 
 import os
 from collections.abc import Iterable, Mapping
@@ -38,6 +38,22 @@ KIND = "quiet-apply"
 def key(manifest: Path | str, flags: Mapping[str, Any]) -> dict[str, Any]:
     """What a hint is kept under: the manifest's absolute path and the apply flags that change its plan."""
     return {"manifest": os.path.abspath(manifest), "flags": dict(flags)}  # the memo compares keys as data
+
+
+#: Environment variables that change what ``apply`` does, as its flags do (``--workers``, ``--executor``).
+ENV_FLAGS = ("TRT_ROUTES_WORKERS", "TRT_ROUTES_EXECUTOR")
+
+
+def command_key(argv: list[str]) -> dict[str, Any]:
+    """What the console script's launcher (``cli.launch``) keeps a hint under, before anything is parsed: the
+    command line as given, the folder it runs in and the environment variables that act as its flags. The same
+    command in the same folder is the same manifest with the same flags."""
+    return {"cwd": os.getcwd(), "argv": list(argv), "env": {k: os.environ.get(k) for k in ENV_FLAGS}}
+
+
+#: The launcher's guess for this process: ``{"key": command_key(...), "predicted": bool}``, which ``apply`` then
+#: uses (and remembers under) instead of its own; empty when the CLI was not started by the console script.
+LAUNCHED: dict[str, Any] = {}
 
 
 def _stats(paths: Iterable[str]) -> list[list[Any]]:

@@ -7,7 +7,8 @@ interpreters' imports overlap: the coordinator's ~0.25 s of imports and the work
 
 from __future__ import annotations
 
-__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "early_worker", "preload_early", "take_early", "warm_early"]
+__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "early_worker", "preload_early", "start_early", "stop_early", "take_early",
+           "warm_early"]
 
 import contextlib
 import multiprocessing as mp
@@ -172,22 +173,37 @@ class Worker:
 _EARLY: list[tuple[dict[str, str], Worker]] = []
 
 
+def start_early() -> None:
+    """Start the default local worker now, unless one is waiting already (``early_worker``)."""
+    if not _EARLY:
+        _EARLY.append((dict(os.environ), Worker()))
+
+
+def stop_early() -> None:
+    """Stop the early worker if nobody took it (never given a task: nothing of it to keep)."""
+    while _EARLY:
+        _EARLY.pop()[1].kill()
+
+
 @contextlib.contextmanager
 def early_worker(enabled: bool = True) -> Iterator[None]:
     """Start the default local worker now, before the caller imports the rest of trt-routes and loads the
     project: its interpreter and imports (~0.17 s) overlap the coordinator's own, and it is ready when
     the first task comes. The first LocalExecutor that would start an identical worker (no extra
     environment, no pinned cores, the same environment variables) takes it; one nobody took is stopped on
-    exit (a no-op apply: a few milliseconds here, its start-up on another core)."""
-    if not enabled or _EARLY:
+    exit (a no-op apply: a few milliseconds here, its start-up on another core).
+
+    A worker already waiting (the console script starts one before the CLI's imports: ``cli.launch``) is
+    adopted; ``enabled=False`` stops it at once (the parsed flags refuted the launcher's guess)."""
+    if not enabled:
+        stop_early()
         yield
         return
-    _EARLY.append((dict(os.environ), Worker()))
+    start_early()
     try:
         yield
     finally:
-        while _EARLY:
-            _EARLY.pop()[1].kill()  # never given a task: nothing of it to keep
+        stop_early()
 
 
 def preload_early(hint: object) -> None:
