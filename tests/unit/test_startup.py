@@ -67,6 +67,77 @@ def test_plan_and_status_import_no_numpy_and_apply_imports_it_before_its_first_t
     assert run("p", "status") == "NUMPY False []"
 
 
+def test_apply_locks_the_engine_identity_its_worker_read_and_never_imports_onnx(tmp_path: Path) -> None:
+    """ONNX Runtime's lock entries carry the engine's structural identity (``onnx_identity``), which needs ONNX:
+    the job's worker reads it (``tasks.IdentityTask``), so the coordinator never imports ONNX (~30 ms of the
+    first job's lock) and the lock says what the coordinator would have read."""
+    from _project import make_project
+    from conftest import load_make_models
+
+    from trt_routes.backends.onnx_identity import model_identity
+    from trt_routes.lockfile import Lockfile
+
+    models = load_make_models().write_models(tmp_path / "m")
+    probe = ("import atexit, sys\nsys.argv = ['trt-routes', *sys.argv[1:]]\n"
+             "atexit.register(lambda: print('ONNX', 'onnx' in sys.modules, flush=True))\n"
+             "from trt_routes.cli.launch import main\nmain()\n")
+
+    def run(manifest: Path) -> str:
+        out = subprocess.run([sys.executable, "-P", "-c", probe, "apply", "-m", str(manifest)], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()[-1]
+
+    run(make_project(tmp_path / "primer", models))  # a first apply on this machine reads the models' graphs
+    manifest = make_project(tmp_path / "p", models)
+    assert run(manifest) == "ONNX False"
+    entries = Lockfile.read(manifest.parent / "tuning.lock").jobs
+    assert entries
+    for entry in entries.values():
+        assert entry.engine is not None and entry.engine.identity is not None
+        assert entry.engine.identity == model_identity(manifest.parent / entry.engine.path)
+
+
+def test_an_engine_identity_no_worker_can_read_is_read_by_the_coordinator(tmp_path: Path) -> None:
+    """An executor whose workers may not see this machine's files (Ray) or no free worker: the coordinator reads
+    the identity; an engine the worker could not read: the coordinator reads it and meets the error itself."""
+    from _project import make_project
+    from conftest import load_make_models
+
+    from trt_routes.backends import registry
+    from trt_routes.execute.local import LocalExecutor
+    from trt_routes.project import open_project
+    from trt_routes.tune.apply import Applier
+
+    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
+    job = project.jobs[0]
+    backend = registry.get(job.backend)
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not an onnx model")
+    calls: list[object] = []
+
+    class Remote(LocalExecutor):
+        shares_files = False
+
+        def run(self, task: object, timeout: float) -> object:
+            calls.append(task)
+            return super().run(task, timeout)
+
+    for executor_class, expect_calls in ((Remote, 0), (LocalExecutor, 1)):
+        calls.clear()
+        with executor_class() as executor:
+            applier = Applier.__new__(Applier)
+            applier.executor = executor
+            if executor_class is LocalExecutor:
+                executor.run = lambda task, timeout, run=executor.run: (calls.append(task), run(task, timeout))[1]
+            assert applier.identify(job, backend, job.model_path) == backend.engine_identity(job.model_path)
+            assert len(calls) == expect_calls
+            if executor_class is LocalExecutor:
+                with pytest.raises(Exception, match=r"(?i)pars|protobuf|decode|load"):
+                    applier.identify(job, backend, broken)  # the worker's error, met here
+                assert len(calls) == 2
+
+
 def test_a_worker_imports_neither_the_manifest_loader_nor_the_cache() -> None:
     loaded = _modules_after("import trt_routes.execute.worker, trt_routes.execute.tasks")
     assert "trt_routes.manifest.load" not in loaded and "yaml" not in loaded

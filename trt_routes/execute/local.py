@@ -31,6 +31,9 @@ class LocalExecutor(InFlightRun):
     records that result and picks what comes next. A worker that reports a failure exits before
     reading on (``serve``), and the task queued behind it goes to its replacement."""
 
+    #: its workers read this machine's files (``Executor.shares_files``)
+    shares_files = True
+
     def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
         self._worker: Worker | None = None
         self.workers_started = 0

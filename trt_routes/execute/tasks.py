@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["Preload", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask", "healthy",
+__all__ = ["IdentityTask", "Preload", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask",
+           "healthy",
            "warmups"]
 
 from collections.abc import Iterable
@@ -46,6 +47,18 @@ class ReferenceTask:
     inputs: dict[str, dict[str, Any]]  # name -> {"dtype", "low", "high", "shape"}
     seed: int
     given_inputs_sha: str = ""  # user-provided inputs already in the store
+
+
+@dataclass(frozen=True)
+class IdentityTask:
+    """The structural identity of a built engine (``Backend.engine_identity``, its result in ``meta["identity"]``),
+    computed in a worker, which has the backend's libraries imported (ONNX for ONNX Runtime's engines): the
+    coordinator then never imports them for a lock entry. Only for executors whose workers read the
+    coordinator's files (``Executor.shares_files``)."""
+
+    backend: str
+    spec: BuildSpec  # its target: the worker that runs the job's trials runs this too
+    engine_path: str
 
 
 @dataclass(frozen=True)

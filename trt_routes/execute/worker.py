@@ -38,6 +38,7 @@ from trt_routes.errors import StorageError, storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
+    IdentityTask,
     Preload,
     ReferenceTask,
     RemeasureTask,
@@ -361,6 +362,16 @@ def _run(task: object) -> TaskResult:
     return result
 
 
+def _identity(task: IdentityTask) -> TaskResult:
+    """An engine's identity; one that cannot be read is reported (``meta["error"]``), not a failed task: the
+    coordinator then reads it itself and meets the error where it always did, and this worker goes on."""
+    try:
+        return TaskResult(status="ok", meta={"identity": registry.get(task.backend).engine_identity(
+            Path(task.engine_path))})
+    except Exception as exc:
+        return TaskResult(status="ok", meta={"error": _one_line(exc)})
+
+
 def _dispatch(task: object) -> TaskResult:
     started = time.perf_counter()
     try:
@@ -373,6 +384,8 @@ def _dispatch(task: object) -> TaskResult:
         elif isinstance(task, WarmupTask):
             registry.get(task.backend).warm_up(task.spec)
             result = TaskResult(status="ok")
+        elif isinstance(task, IdentityTask):
+            result = _identity(task)
         elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
             result = task.execute()  # type: ignore[attr-defined]
         else:

@@ -14,14 +14,16 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 from trt_routes import memo
+from trt_routes.backends.base import Backend
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import CacheError
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
-from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
+from trt_routes.execute.tasks import IdentityTask, RemeasureTask, TaskResult, WarmupTask, warmups
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
@@ -107,7 +109,7 @@ class Applier(TrialRunner):
         super().__init__(project, cache, reporter, executor)
         self.lock = lock
         self.options = options
-        self.locks = LockWriter(project, cache, lock)
+        self.locks = LockWriter(project, cache, lock, self.identify)
         self.timings = Timings()
 
     # -- tuning several jobs at once ----------------------------------------------------------------
@@ -402,6 +404,20 @@ class Applier(TrialRunner):
             turn_target=turn_target(settings), max_slot_ms=settings.max_slot_ms,
             turn_spread=spread_of(trials[request.baseline].samples, job.measurement.iterations),
             stopping=Stopping.of(settings, len(request.challengers)), statistic=confirm_statistic(job))
+
+    def identify(self, job: Job, backend: Backend, engine: Path) -> str | None:
+        """The lock entry's ``engine_identity`` of ``engine``, read by the job's worker when one is free and reads
+        this machine's files (the coordinator then never imports ONNX for it: ~30 ms of an apply's path), else
+        here; an engine the worker could not read is read here too, which meets the error where it always did."""
+        if type(backend).engine_identity is Backend.engine_identity:
+            return None  # the backend has none: no round trip
+        if getattr(self.executor, "shares_files", False) and self.executor.free_slots(job.target_data) > 0:
+            result = self.executor.run(IdentityTask(backend=job.backend, spec=job.build_spec({}),
+                                                    engine_path=str(engine)), job.measurement.timeout_s)
+            if result.status == "ok" and "error" not in result.meta:
+                identity = result.meta.get("identity")
+                return str(identity) if identity is not None else None
+        return backend.engine_identity(engine)
 
     def have_engine(self, sha: str) -> bool:
         """Whether the store holds engine ``sha``, fetched from a cache remote if it lacks it."""
