@@ -235,10 +235,10 @@ def test_a_worker_that_died_idle_is_replaced_before_the_next_task() -> None:
         first = executor.run(WarmupTask(backend="onnxruntime", spec=None), 60)  # type: ignore[arg-type]
         assert first.status == "ok", first
         assert executor._worker is not None
-        pid = executor._worker.proc.pid
+        pid = executor._worker.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        executor._worker.proc.join(5)
+        executor._worker._wait(5)
         second = executor.run(WarmupTask(backend="onnxruntime", spec=None), 60)  # type: ignore[arg-type]
     assert second.status == "ok", second
     assert executor.workers_started == 2
@@ -261,11 +261,11 @@ def test_the_early_worker_is_taken_by_the_default_executor_and_stopped_when_unus
         with LocalExecutor(env={"OMP_NUM_THREADS": "1"}) as executor:  # another configuration: not taken
             assert executor.run(WarmupTask(backend="onnxruntime", spec=None), 60).status == "ok"  # type: ignore[arg-type]
             assert executor._worker is not unused
-        assert not unused.proc.is_alive()
+        assert not unused.alive()
     with spawn.early_worker():
         idle = spawn._EARLY[0][1]
-    idle.proc.join(5)
-    assert not idle.proc.is_alive() and not spawn._EARLY  # nobody took it: stopped on exit
+    idle._wait(5)
+    assert not idle.alive() and not spawn._EARLY  # nobody took it: stopped on exit
 
 
 

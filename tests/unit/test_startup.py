@@ -183,6 +183,31 @@ def test_the_early_worker_starts_before_the_coordinator_imports_numpy_or_the_wor
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+def test_a_worker_is_one_process_and_serves_tasks_with_the_coordinators_path(tmp_path: Path) -> None:
+    """A worker is one interpreter: no resource-tracker process beside it (multiprocessing's spawn started one,
+    ~20 ms of CPU during start-up), and it imports from the coordinator's ``sys.path`` (a probe module found
+    only through a folder the coordinator added at run time)."""
+    (tmp_path / "probe_here").mkdir()
+    (tmp_path / "probe_here" / "__init__.py").write_text(
+        "import os\nfrom dataclasses import dataclass\nfrom trt_routes.execute.tasks import TaskResult\n"
+        "@dataclass(frozen=True)\nclass Where:\n    def execute(self):\n"
+        "        return TaskResult(status='ok', meta={'ppid': os.getppid()})\n")
+    code = (
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from probe_here import Where\n"
+        "from trt_routes.execute.local import LocalExecutor\n"
+        "with LocalExecutor() as ex:\n"
+        "    result = ex.run(Where(), 60)\n"
+        "    kids = open(f'/proc/{os.getpid()}/task/{os.getpid()}/children').read().split()\n"
+        "print(result.status, result.meta.get('ppid') == os.getpid(), len(kids),\n"
+        "      'multiprocessing.resource_tracker' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["ok", "True", "1", "False"]
+
+
 def test_a_worker_spawned_from_a_script_does_not_run_the_script_again(tmp_path: Path) -> None:
     """The ``trt-routes`` console script is a file: a spawned child runs its parent's main file again, which
     imported the whole CLI (typer, rich, pydantic) into every worker. Workers leave it behind, as they leave

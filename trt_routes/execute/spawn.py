@@ -1,4 +1,4 @@
-"""One worker process: spawned with its environment and cores, a pipe to it; and the early worker that
+"""One worker process: started with its environment and cores, a pipe to it; and the early worker that
 `trt-routes apply` starts before its own imports.
 
 Only the standard library is imported here (the result records are imported when the first result is
@@ -7,19 +7,18 @@ interpreters' imports overlap: the coordinator's ~0.25 s of imports and the work
 
 from __future__ import annotations
 
-__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "early_worker", "preload_early", "start_early", "stop_early", "take_early",
-           "warm_early"]
+__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "child_main", "early_worker", "preload_early", "start_early",
+           "stop_early", "take_early", "warm_early"]
 
 import contextlib
-import multiprocessing as mp
+import json
 import os
 import signal
+import subprocess
 import sys
 import threading
-import types
 from collections.abc import Iterator, Mapping
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
+from multiprocessing.connection import Connection, Pipe
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,11 +34,24 @@ WORKER_ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
 _SPAWN_LOCK = threading.Lock()
 
 
-def _serve(conn: Connection) -> None:
-    """The worker process's target (``trt_routes.execute.worker.serve``, imported in the child only)."""
-    from trt_routes.execute.worker import serve
+#: What a worker's interpreter runs: the coordinator's ``sys.path`` (argv[1], JSON), then ``child_main`` on the
+#: file descriptor of its end of the pipe (argv[2]) and the coordinator's pid (argv[3]).
+_CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+          "from trt_routes.execute.spawn import child_main; child_main(int(sys.argv[2]), int(sys.argv[3]))")
 
-    serve(conn)
+
+def child_main(fd: int, parent: int) -> None:
+    """A worker process's entry: serve the tasks arriving on the pipe ``fd`` for the coordinator ``parent``
+    (``execute.worker.serve``, the worker's code, imported here only)."""
+    from trt_routes.execute import worker
+
+    worker.serve(Connection(fd), parent=parent)
+
+
+def _interpreter_flags() -> list[str]:
+    """The coordinator's interpreter options (-B, -X, -W, ...), as multiprocessing passes them to its children."""
+    flags = getattr(subprocess, "_args_from_interpreter_flags", None)
+    return list(flags()) if callable(flags) else []
 
 
 @contextlib.contextmanager
@@ -66,27 +78,6 @@ def _spawn_context(env: Mapping[str, str], cpus: frozenset[int] | None) -> Itera
                 os.sched_setaffinity(0, saved_cpus)
 
 
-@contextlib.contextmanager
-def _main_left_behind() -> Iterator[None]:
-    """While a child is spawned, a ``__main__`` that is a script file (the ``trt-routes`` console script, a
-    user's own script calling ``trt_routes.api``) is replaced by an empty module.
-
-    A spawned child runs the parent's main script again (as ``__mp_main__``) so that it can unpickle
-    functions defined there. A worker's tasks are all trt-routes objects, so that run is pure cost: for the
-    console script it imported the whole CLI (typer, rich, pydantic, every command module), ~70 ms of every
-    worker's start-up, and it re-ran whatever a user's script does at import. A main module run with
-    ``-m`` (whose spec names it) or ``-c`` (no file) is left alone: the child does not run those again."""
-    main = sys.modules.get("__main__")
-    if main is None or getattr(main, "__spec__", None) is not None or not getattr(main, "__file__", None):
-        yield
-        return
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = main
-
-
 def _signal_name(code: int | None) -> str:
     if code is None:
         return "unknown"
@@ -99,26 +90,46 @@ def _signal_name(code: int | None) -> str:
 
 
 class Worker:
-    """One isolated worker process (spawned, so no state leaks from the coordinator), started with
-    ``env`` added to its environment and, given ``cpus``, bound to those CPU cores."""
+    """One isolated worker process, started with ``env`` added to its environment and, given ``cpus``, bound to
+    those CPU cores; a pipe to it (``multiprocessing.connection``: pickled tasks and results).
+
+    A fresh interpreter (nothing leaks from the coordinator), started with ``subprocess`` rather than
+    multiprocessing's spawn, which also started a resource-tracker process (another interpreter, ~20 ms of CPU
+    beside the coordinator's and the worker's start-up: the tracker serves named semaphores and shared memory,
+    which workers never use) and ran the coordinator's main script again in the child (the whole CLI, for the
+    console script). The child gets the coordinator's ``sys.path``, interpreter options and working folder."""
 
     def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
-        ctx = mp.get_context("spawn")
         env = {**{k: v for k, v in WORKER_ENV_DEFAULTS.items() if k not in os.environ}, **(env or {})}
-        self.conn, child = ctx.Pipe()
-        self.proc: BaseProcess = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.conn, child = Pipe()
+        self.proc: subprocess.Popen[bytes] | None = None
         self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
         try:
-            with _spawn_context(env, cpus), _main_left_behind():
-                self.proc.start()
+            with _spawn_context(env, cpus):
+                self.proc = subprocess.Popen(
+                    [sys.executable, *_interpreter_flags(), "-c", _CHILD, json.dumps(sys.path), str(child.fileno()),
+                     str(os.getpid())],
+                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         except OSError as exc:
             self.start_error = f"{type(exc).__name__}: {exc}"
         child.close()
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def _wait(self, timeout: float) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout)
+
+    def _running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def alive(self) -> bool:
         """False once the process has exited (a worker that never started counts as alive: ``receive``
         reports why it could not start)."""
-        return bool(self.start_error) or self.proc.is_alive()
+        return bool(self.start_error) or self._running()
 
     def send_bytes(self, data: bytes | memoryview) -> bool:
         """Put a pickled task in the worker's pipe (it runs after those already there); False if the worker
@@ -142,30 +153,33 @@ class Worker:
         try:
             result: TaskResult = self.conn.recv()
         except (EOFError, OSError):
-            self.proc.join(5)
+            self._wait(5)
+            assert self.proc is not None
             return TaskResult(status="crashed",
-                              error=f"worker died with {_signal_name(self.proc.exitcode)}"), False
+                              error=f"worker died with {_signal_name(self.proc.returncode)}"), False
         return result, healthy(result)
 
     def kill(self) -> None:
-        if self.start_error:
+        if self.start_error or self.proc is None:
             self.conn.close()
             return
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
+        if self._running():
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+        self._wait(5)
         self.conn.close()
 
     def close(self) -> None:
-        if self.start_error:
+        if self.start_error or self.proc is None:
             self.conn.close()
             return
         with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send(None)
-        self.proc.join(2)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(2)
+        self._wait(2)
+        if self._running():
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+            self._wait(2)
         self.conn.close()
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import multiprocessing
 import os
 import shutil
 import signal
@@ -280,11 +279,9 @@ _PR_SET_PDEATHSIG = 1
 _WATCH_S = 0.5
 
 
-def die_with_parent() -> None:
-    """Exit when the coordinator does: PR_SET_PDEATHSIG (SIGKILL from the kernel, Linux) and a watchdog
-    thread that exits when the parent pid changes (the coordinator died and we were re-parented)."""
-    parent = multiprocessing.parent_process()
-    expected = parent.pid if parent is not None and parent.pid else os.getppid()
+def die_with_parent(expected: int) -> None:
+    """Exit when the coordinator (pid ``expected``) does: PR_SET_PDEATHSIG (SIGKILL from the kernel, Linux) and a
+    watchdog thread that exits when the parent pid changes (the coordinator died and we were re-parented)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):  # no prctl: the watchdog alone
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -306,11 +303,13 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, parent: int | None = None) -> None:
     """Worker main loop: runs the tasks that arrive on ``conn`` until it closes, ``None`` arrives, or a
     task fails (the coordinator replaces a worker after any failure, and a task queued behind the
-    failure goes to the replacement)."""
-    die_with_parent()
+    failure goes to the replacement). ``parent``: the coordinator's pid, for a worker process of its own
+    (``spawn.child_main``), which exits when the coordinator does, and after an orderly stop leaves without
+    the interpreter's teardown."""
+    die_with_parent(parent if parent is not None else os.getppid())
     stopped = False
     try:
         while True:
@@ -335,7 +334,7 @@ def serve(conn: Connection) -> None:
     finally:
         for folder in _SCRATCH.values():
             shutil.rmtree(folder, ignore_errors=True)
-        if stopped and multiprocessing.parent_process() is not None:
+        if stopped and parent is not None:
             # an orderly stop in a worker process: nothing is left to write (results went back, scratch is
             # gone), so skip the interpreter's teardown of the backend (hundreds of ms that the coordinator
             # would wait for in ``Worker.close``)
