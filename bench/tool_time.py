@@ -230,7 +230,7 @@ def breakdown(wall: float, events: list[dict[str, Any]]) -> dict[str, float]:
         "re-measurements (confirmation)": s("measure_s", "remeasure"),
         "references (inside the worker; worker start-up, if first, outside)": s("worker_s", "reference"),
         "lock writes": s("s", "lock_write"),
-        "worker shut-down": max(0.0, at["apply_end"] - at["jobs_done"] - sum(
+        "after the jobs (worker shut-down, settled plans)": max(0.0, at["apply_end"] - at["jobs_done"] - sum(
             float(e.get("s") or 0.0) for e in events if e["event"] == "lock_write" and "job" not in e)),
         "exit (after apply returns)": at["exit"] - at["apply_end"],
     }

@@ -93,6 +93,12 @@ class LocalExecutor(InFlightRun):
     def _has_room(self, task: Any) -> bool:
         return True  # submit always queues
 
+    def stop_soon(self) -> None:
+        """Nothing more will be submitted: an idle worker is told to exit now, so that it does while the caller
+        finishes up (writing tuning.lock); ``close`` then only waits for it."""
+        if self._worker is not None and not self._piped and not self._waiting:
+            self._worker.stop()
+
     def close(self) -> None:
         if self._worker is not None:
             self._worker.kill() if self._piped else self._worker.close()  # interrupted mid-task: do not wait

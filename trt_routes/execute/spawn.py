@@ -104,6 +104,7 @@ class Worker:
         self.conn, child = Pipe()
         self.proc: subprocess.Popen[bytes] | None = None
         self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
+        self._stopping = False
         try:
             with _spawn_context(env, cpus):
                 self.proc = subprocess.Popen(
@@ -169,12 +170,18 @@ class Worker:
         self._wait(5)
         self.conn.close()
 
+    def stop(self) -> None:
+        """Ask the worker to exit after what is in its pipe (once); ``close`` then only waits for it."""
+        if not self._stopping and not self.start_error:
+            self._stopping = True
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.conn.send(None)
+
     def close(self) -> None:
         if self.start_error or self.proc is None:
             self.conn.close()
             return
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.conn.send(None)
+        self.stop()
         self._wait(2)
         if self._running():
             with contextlib.suppress(OSError):

@@ -627,13 +627,16 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 order = {jp.job.name: i for i, jp in enumerate(plan.jobs)}
                 result.outcomes.sort(key=lambda o: order.get(o.job.name, len(order)))
                 timings("jobs_done")
-            for name in plan.removed:
-                lock.jobs.pop(name, None)
-            t0 = time.perf_counter()
-            lock.write()
-            timings("lock_write", s=time.perf_counter() - t0)
-            result.lock_written = lock.writes > 0
-            _settle(project, cache, plan, run)
+                stop_soon = getattr(executor, "stop_soon", None)
+                if stop_soon is not None:  # its workers exit while tuning.lock is written
+                    stop_soon()
+                for name in plan.removed:
+                    lock.jobs.pop(name, None)
+                t0 = time.perf_counter()
+                lock.write()
+                timings("lock_write", s=time.perf_counter() - t0)
+                result.lock_written = lock.writes > 0
+                _settle(project, cache, plan, run)
             return result
         finally:
             cache.close()
