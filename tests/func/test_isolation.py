@@ -288,3 +288,34 @@ def test_a_preload_hint_warms_the_early_worker_up_before_its_first_task_and_send
             assert executor._worker is early
             assert executor.run(ModulesProbe(("onnxruntime",)), 60).meta["pid"] == first.meta["pid"]
     spawn.preload_early(Preload(()))  # no early worker: nothing to hint, nothing raised
+
+
+def test_the_hinted_reference_run_answers_the_first_reference_task_and_a_different_one_runs(tmp_path: Path) -> None:
+    """apply's hint also names the first job's reference run (execute.spawn.warm_early): the early worker runs it
+    while the coordinator plans, and answers an equal ReferenceTask at once with what it computed (the same
+    blobs as a run of its own); any other task drops what it kept, and a different reference task runs."""
+    from conftest import load_make_models
+
+    from trt_routes.execute import spawn
+    from trt_routes.execute.tasks import Preload, reference_task, warmups
+
+    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
+    first, second = project.jobs[0], next(j for j in project.jobs if j.reference_key != project.jobs[0].reference_key)
+    store = str(project.store.root)
+    with LocalExecutor() as plain:  # the same reference run, no hint
+        expected = plain.run(reference_task(first, store), 60)
+    assert expected.status == "ok", expected
+    with spawn.early_worker():
+        spawn.warm_early([first, second], store)
+        with LocalExecutor() as executor:
+            got = executor.run(reference_task(first, store), 60)
+            assert got.status == "ok" and got.meta["worker_s"] == 0.0 and got.meta["speculated_s"] > 0
+            assert (got.inputs_sha256, got.outputs_sha256) == (expected.inputs_sha256, expected.outputs_sha256)
+            again = executor.run(reference_task(first, store), 60)  # kept once: this one runs
+            assert "speculated_s" not in again.meta and again.outputs_sha256 == expected.outputs_sha256
+    with spawn.early_worker():
+        spawn.preload_early(Preload(tuple(warmups([first])), reference_task(first, store)))
+        with LocalExecutor() as executor:
+            other = executor.run(reference_task(second, store), 60)  # the hint guessed wrong
+            assert other.status == "ok" and "speculated_s" not in other.meta
+            assert "speculated_s" not in executor.run(reference_task(first, store), 60).meta  # dropped

@@ -178,7 +178,7 @@ def apply(
         # the jobs first (--only checked, an early worker told their backends, a manifest or model error before
         # any other); a predicted no-op leaves them to apply, which resolves them once for its executor
         if only or not predicted:
-            warm_early(select_jobs(project, only))
+            warm_early(select_jobs(project, only), str(project.store.root))
         from trt_routes.plan.saved import load_plan
         from trt_routes.tune.apply import ApplyOptions
         saved = load_plan(plan_file) if plan_file is not None and not frozen else None

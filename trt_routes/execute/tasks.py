@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["IdentityTask", "Preload", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask",
-           "healthy",
+           "healthy", "reference_task",
            "warmups"]
 
 from collections.abc import Iterable
@@ -82,10 +82,19 @@ def warmups(jobs: Iterable[Job]) -> list[WarmupTask]:
 @dataclass(frozen=True)
 class Preload:
     """A hint, not a task: run these warm-ups (``Backend.warm_up``: the backend's imports) while the worker
-    waits for its first task. Nothing is sent back; a warm-up that fails is left for the first task that
-    needs the backend to meet and report."""
+    waits for its first task, then ``reference`` (the reference run the first job will most likely ask for),
+    whose result the worker keeps for an equal ``ReferenceTask`` that comes next. Nothing is sent back; a
+    warm-up or a reference run that fails is left for the first task that needs it to meet and report."""
 
     warmups: tuple[WarmupTask, ...]
+    reference: ReferenceTask | None = None
+
+
+def reference_task(job: Job, store_root: str) -> ReferenceTask:
+    """The reference run of ``job`` (its inputs generated from its seed, or given) into the blob store at
+    ``store_root``."""
+    return ReferenceTask(backend=job.backend, spec=job.build_spec({}), store_root=store_root, inputs=job.inputs,
+                         seed=job.measurement.seed)
 
 
 @dataclass

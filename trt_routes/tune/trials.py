@@ -6,7 +6,7 @@ from __future__ import annotations
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
-from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask
+from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask, reference_task
 from trt_routes.jobs import Job
 from trt_routes.noise import Pooled, busy_reason
 from trt_routes.project import LossLookupFromBlobs, Project
@@ -92,8 +92,7 @@ class TrialRunner:
         return result.inputs_sha256, result.outputs_sha256
 
     def reference_task(self, job: Job) -> ReferenceTask:
-        return ReferenceTask(backend=job.backend, spec=job.build_spec({}), store_root=str(self.store.root),
-                             inputs=job.inputs, seed=job.measurement.seed)
+        return reference_task(job, str(self.store.root))
 
     # -- trials ----------------------------------------------------------------------------
     def trial_task(self, job: Job, route: str, ref: tuple[str, str]) -> TrialTask:
