@@ -260,15 +260,23 @@ def test_the_console_script_starts_an_applys_worker_before_the_cli_imports(tmp_p
 
     manifest = make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m"))
 
+    import json
+    import os
+
+    timings = tmp_path / "timings.jsonl"
+
     def run(*argv: str) -> str:
         out = subprocess.run([sys.executable, "-P", "-c", _LAUNCH_PROBE, *argv], capture_output=True, text=True,
-                             timeout=300, cwd=manifest.parent)
+                             timeout=300, cwd=manifest.parent, env={**os.environ, "TRT_ROUTES_TIMINGS": str(timings)})
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout.splitlines()[-1]
 
     assert run("plan") == "LAUNCH []"
     assert run("apply", "--dry-run") == "LAUNCH []"
     assert run("apply") == "LAUNCH [False]"  # started before the CLI's imports, and taken by the executor
+    references = [e for e in map(json.loads, timings.read_text().splitlines()) if e["event"] == "reference"]
+    assert references[0]["worker_s"] == 0.0  # the first reference run was done while the coordinator planned
+    assert all(e["worker_s"] > 0 for e in references[1:])
     assert run("apply") == "LAUNCH []"  # this command line in this folder: predicted up to date
 
 

@@ -9,7 +9,10 @@ After an apply that ended with every job done (exit 0), ``remember`` keeps, in t
 the size and modification time of the files that apply's next plan reads first: the manifest, tuning.lock,
 the trial cache (its write-ahead log included) and each job's model file (a model exported again). The next
 apply of the same manifest with the same flags that finds every one of them unchanged is ``predicted`` to be a
-no-op and starts no early worker.
+no-op and starts no early worker. The console script (``cli.launch``) keeps and reads hints under the command
+line as given, the folder and the flag-like environment variables (``command_key``), before anything is parsed;
+an apply started otherwise (``trt_routes.cli.app.main``, a test's runner) under the parsed manifest and flags
+(``key``).
 
 Only the early start depends on it: a wrong guess (new weights in an external-data file alone, an engine file
 deleted, an environment variable changed) costs that apply a worker started when its first task comes (its
