@@ -306,7 +306,7 @@ def test_the_hinted_reference_run_answers_the_first_reference_task_and_a_differe
         expected = plain.run(reference_task(first, store), 60)
     assert expected.status == "ok", expected
     with spawn.early_worker():
-        spawn.warm_early([first, second], store)
+        spawn.warm_early([first, second], store, set())
         with LocalExecutor() as executor:
             got = executor.run(reference_task(first, store), 60)
             assert got.status == "ok" and got.meta["worker_s"] == 0.0 and got.meta["speculated_s"] > 0
@@ -319,3 +319,100 @@ def test_the_hinted_reference_run_answers_the_first_reference_task_and_a_differe
             other = executor.run(reference_task(second, store), 60)  # the hint guessed wrong
             assert other.status == "ok" and "speculated_s" not in other.meta
             assert "speculated_s" not in executor.run(reference_task(first, store), 60).meta  # dropped
+
+
+def test_no_reference_run_is_hinted_when_the_cache_has_it_and_the_first_task_may_wait_behind_one(
+        tmp_path: Path) -> None:
+    """The hint names the first job whose reference the cache lacks (none when the cache cannot be read); the
+    task that comes first may wait behind the hinted run: its time limit grows by the hinted job's, and a
+    timeout or a death in that time is the machine's (not cached against a route)."""
+    from _exec_probe import EnvProbe
+    from conftest import load_make_models
+
+    from trt_routes.execute import spawn
+    from trt_routes.execute.tasks import reference_task
+
+    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
+    first, second = project.jobs[0], next(j for j in project.jobs if j.reference_key != project.jobs[0].reference_key)
+    store = str(project.store.root)
+    for stored, hinted in (({first.reference_key}, second), (None, None)):
+        with spawn.early_worker():
+            worker = spawn._EARLY[0][1]
+            spawn.warm_early([first, second], store, stored)
+            assert worker.grace_s == (second.measurement.timeout_s if hinted else 0.0)
+            with LocalExecutor() as executor:
+                for job in (second, first):
+                    got = executor.run(reference_task(job, store), 60)
+                    assert got.status == "ok" and ("speculated_s" in got.meta) == (job is hinted), (job.name, got)
+    with spawn.early_worker():
+        worker = spawn._EARLY[0][1]
+        worker.grace_s = 5.0
+        with LocalExecutor() as executor:  # 1 s past its own limit, within the grace: its result counts
+            assert executor.run(EnvProbe(sleep_s=1.0), 0.5).status == "ok"
+            assert executor.run(EnvProbe(sleep_s=1.0), 0.5).status == "timeout"  # the grace was the first's
+    with spawn.early_worker():
+        spawn._EARLY[0][1].grace_s = 5.0
+        with LocalExecutor() as executor:
+            died = executor.run(EnvProbe(segfault=True), 30)
+            assert died.status == "crashed" and died.infrastructure and "hinted" in died.error
+
+
+def test_a_task_the_worker_cannot_rebuild_is_answered_and_the_next_task_runs(tmp_path: Path) -> None:
+    """A task whose class only the coordinator's script defines (its __main__) cannot be unpickled in a worker:
+    it gets a crashed result that is the machine's (never cached as a route's), and the next task runs in a
+    fresh worker."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "main_task.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(TESTS)!r})\n"
+        "from dataclasses import dataclass\n"
+        "from trt_routes.execute.tasks import TaskResult\n"
+        "@dataclass(frozen=True)\n"
+        "class Mine:\n"
+        "    def execute(self):\n"
+        "        return TaskResult(status='ok')\n"
+        "if __name__ == '__main__':\n"
+        "    from _exec_probe import EnvProbe\n"
+        "    from trt_routes.execute.local import LocalExecutor\n"
+        "    with LocalExecutor() as ex:\n"
+        "        bad = ex.run(Mine(), 30)\n"
+        "        good = ex.run(EnvProbe(), 30)\n"
+        "    print(bad.status, bad.infrastructure, 'could not read its task' in bad.error, good.status,\n"
+        "          ex.workers_started)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["crashed", "True", "True", "ok", "2"]
+
+
+def test_a_worker_started_in_a_folder_that_shadows_the_standard_library_still_starts(tmp_path: Path) -> None:
+    """A worker starts in the coordinator's folder; a user's json.py (or any module named like one the worker
+    imports first) there must not take the standard library's place; a Path in sys.path breaks nothing."""
+    import subprocess
+    import sys
+
+    shadow = tmp_path / "work"
+    shadow.mkdir()
+    for name in ("json", "pickle", "multiprocessing", "socket"):
+        (shadow / f"{name}.py").write_text("raise SystemExit(3)\n")
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "where_probe.py").write_text(
+        "from dataclasses import dataclass\nfrom trt_routes.execute.tasks import TaskResult\n"
+        "@dataclass(frozen=True)\nclass Where:\n    def execute(self):\n        return TaskResult(status='ok')\n")
+    script = tmp_path / "bin" / "run.py"
+    script.parent.mkdir()
+    script.write_text(
+        "import sys\nfrom pathlib import Path\n"
+        f"sys.path.append(Path({str(tmp_path / 'probes')!r}))  # not followed by imports; must not break a worker\n"
+        f"sys.path.append({str(tmp_path / 'probes')!r})\n"
+        "from where_probe import Where\n"
+        "from trt_routes.execute.local import LocalExecutor\n"
+        "with LocalExecutor() as ex:\n"
+        "    print(ex.run(Where(), 60).status)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=shadow)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok"]

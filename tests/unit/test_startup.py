@@ -307,6 +307,10 @@ def test_the_launchers_guess_from_the_raw_arguments(argv: list[str], env: dict[s
     monkeypatch.setattr(quiet, "LAUNCHED", {})
     assert early_guess(argv) is guess
     assert bool(quiet.LAUNCHED) is guess  # apply uses the launcher's key and prediction when it made one
+    if guess:  # the key holds what stands for a flag in the environment: another manifest is another command
+        key = quiet.command_key(argv)
+        monkeypatch.setenv("TRT_ROUTES_MANIFEST", "other/tuning.yaml")
+        assert quiet.command_key(argv) != key
 
 
 #: Runs the console script's ``main`` on argv[1:], reporting the collector's state at exit and during the

@@ -54,6 +54,23 @@ def test_the_migrations_make_the_schema_sqlite_utils_made(tmp_path: Path) -> Non
         assert conn.execute("PRAGMA user_version").fetchone()[0] == golden["user_version"] == SCHEMA_VERSION
 
 
+def test_stored_reference_keys_reads_without_writing(tmp_path: Path) -> None:
+    """What apply's early worker hint asks before the cache is opened: a cache not made yet holds none and is not
+    created; a cache that cannot be read says None; otherwise the keys among those asked."""
+    from trt_routes.cache.store import stored_reference_keys
+
+    path = tmp_path / "c.sqlite"
+    assert stored_reference_keys(path, ["a"]) == set() and not path.exists()
+    with CacheStore(path) as cache:
+        cache.add_reference("a", "i", "o")
+        cache.add_reference("b", "i", "o")
+    before = path.stat().st_mtime_ns
+    assert stored_reference_keys(path, ["a", "c"]) == {"a"}
+    assert path.stat().st_mtime_ns == before
+    (tmp_path / "bad.sqlite").write_bytes(b"not a database at all, not even close" * 10)
+    assert stored_reference_keys(tmp_path / "bad.sqlite", ["a"]) is None
+
+
 def test_newer_cache_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
     CacheStore(path).close()

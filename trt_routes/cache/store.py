@@ -149,6 +149,23 @@ class TrialRecord:
         return cls(**data)
 
 
+def stored_reference_keys(path: Path, keys: Iterable[str]) -> set[str] | None:
+    """Which of ``keys`` the cache at ``path`` holds a reference run for, read-only (no migration, no lock, no
+    file created); an empty set for a cache not made yet, None for one that cannot be read now."""
+    wanted = sorted(set(keys))
+    if not path.exists():
+        return set()
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)
+        try:
+            return {row[0] for row in conn.execute(
+                f"SELECT key FROM [references] WHERE key IN ({', '.join('?' * len(wanted))})", wanted)}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+
+
 class CacheStore:
     """The trial cache at ``path`` (created on first use)."""
 

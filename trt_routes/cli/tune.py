@@ -164,7 +164,7 @@ def apply(
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
     from trt_routes.execute import quiet as quiet_hint  # the standard library and the memo: the worker starts first
-    from trt_routes.execute.spawn import early_worker, warm_early
+    from trt_routes.execute.spawn import early_worker, stop_early, warm_early
 
     if quiet_hint.LAUNCHED:  # the console script guessed before the imports (cli.launch): its key and guess
         hint, predicted = quiet_hint.LAUNCHED["key"], bool(quiet_hint.LAUNCHED["predicted"])
@@ -175,10 +175,17 @@ def apply(
     early = not (dry_run or frozen) and (executor or "local") == "local" and not predicted
     with early_worker(enabled=early):
         project = open_project(manifest)
+        settings = project.loaded.manifest.execution
+        if (executor or settings.executor) != "local" or (workers or settings.workers or 1) != 1:
+            stop_early()  # the manifest sends the work to Ray or to several pinned workers: none takes this one
         # the jobs first (--only checked, an early worker told their backends, a manifest or model error before
         # any other); a predicted no-op leaves them to apply, which resolves them once for its executor
         if only or not predicted:
-            warm_early(select_jobs(project, only), str(project.store.root))
+            from trt_routes.cache.store import stored_reference_keys
+
+            jobs = select_jobs(project, only)
+            warm_early(jobs, str(project.store.root),
+                       stored_reference_keys(project.cache_path, (j.reference_key for j in jobs)))
         from trt_routes.plan.saved import load_plan
         from trt_routes.tune.apply import ApplyOptions
         saved = load_plan(plan_file) if plan_file is not None and not frozen else None

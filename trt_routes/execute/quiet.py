@@ -43,8 +43,8 @@ def key(manifest: Path | str, flags: Mapping[str, Any]) -> dict[str, Any]:
     return {"manifest": os.path.abspath(manifest), "flags": dict(flags)}  # the memo compares keys as data
 
 
-#: Environment variables that change what ``apply`` does, as its flags do (``--workers``, ``--executor``).
-ENV_FLAGS = ("TRT_ROUTES_WORKERS", "TRT_ROUTES_EXECUTOR")
+#: Environment variables that stand for ``apply``'s flags (``--manifest``, ``--workers``, ``--executor``).
+ENV_FLAGS = ("TRT_ROUTES_MANIFEST", "TRT_ROUTES_WORKERS", "TRT_ROUTES_EXECUTOR")
 
 
 def command_key(argv: list[str]) -> dict[str, Any]:

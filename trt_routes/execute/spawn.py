@@ -11,7 +11,6 @@ __all__ = ["WORKER_ENV_DEFAULTS", "Worker", "child_main", "early_worker", "prelo
            "stop_early", "take_early", "warm_early"]
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from multiprocessing.connection import Connection, Pipe
+from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,18 +34,25 @@ WORKER_ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
 _SPAWN_LOCK = threading.Lock()
 
 
-#: What a worker's interpreter runs: the coordinator's ``sys.path`` (argv[1], JSON), then ``child_main`` on the
-#: file descriptor of its end of the pipe (argv[2]) and the coordinator's pid (argv[3]).
-_CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-          "from trt_routes.execute.spawn import child_main; child_main(int(sys.argv[2]), int(sys.argv[3]))")
+#: What a worker's interpreter runs (with ``-P``: nothing in the folder it starts in can shadow these imports):
+#: the pipe's end on file descriptor argv[1]; the coordinator's ``sys.path``, its first message; then
+#: ``child_main`` for the coordinator's pid, argv[2].
+_CHILD = ("import sys; from multiprocessing.connection import Connection; conn = Connection(int(sys.argv[1])); "
+          "sys.path[:] = conn.recv(); from trt_routes.execute.spawn import child_main; "
+          "child_main(conn, int(sys.argv[2]))")
 
 
-def child_main(fd: int, parent: int) -> None:
-    """A worker process's entry: serve the tasks arriving on the pipe ``fd`` for the coordinator ``parent``
+def child_main(conn: Connection, parent: int) -> None:
+    """A worker process's entry: serve the tasks arriving on ``conn`` for the coordinator ``parent``
     (``execute.worker.serve``, the worker's code, imported here only)."""
     from trt_routes.execute import worker
 
-    worker.serve(Connection(fd), parent=parent)
+    worker.serve(conn, parent=parent)
+
+
+def _search_path() -> list[str]:
+    """The coordinator's ``sys.path`` as strings (an entry may be a ``Path``; anything else is no folder)."""
+    return [os.fspath(p) for p in sys.path if isinstance(p, (str, os.PathLike))]
 
 
 def _interpreter_flags() -> list[str]:
@@ -105,15 +112,19 @@ class Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
         self._stopping = False
+        #: seconds of a hinted reference run (``warm_early``) that the first task may wait behind: added to that
+        #: task's time limit, and a timeout or death within it is the machine's, not the task's
+        self.grace_s = 0.0
         try:
             with _spawn_context(env, cpus):
                 self.proc = subprocess.Popen(
-                    [sys.executable, *_interpreter_flags(), "-c", _CHILD, json.dumps(sys.path), str(child.fileno()),
-                     str(os.getpid())],
+                    [sys.executable, *_interpreter_flags(), "-P", "-c", _CHILD, str(child.fileno()), str(os.getpid())],
                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
         except OSError as exc:
             self.start_error = f"{type(exc).__name__}: {exc}"
         child.close()
+        if not self.start_error:
+            self.send_bytes(ForkingPickler.dumps(_search_path()))  # a worker gone already: receive says how
 
     @property
     def pid(self) -> int | None:
@@ -148,16 +159,19 @@ class Worker:
         if self.start_error:
             return TaskResult(status="crashed", error=f"infrastructure: could not start a worker process: "
                               f"{self.start_error}", infrastructure=True), False
-        if not self.conn.poll(timeout):
+        grace, self.grace_s = self.grace_s, 0.0
+        behind = " (it may have been running a reference run hinted ahead of this task)" if grace else ""
+        if not self.conn.poll(timeout + grace):
             self.kill()
-            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
+            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit{behind}",
+                              infrastructure=bool(grace)), False
         try:
             result: TaskResult = self.conn.recv()
         except (EOFError, OSError):
             self._wait(5)
             assert self.proc is not None
-            return TaskResult(status="crashed",
-                              error=f"worker died with {_signal_name(self.proc.returncode)}"), False
+            return TaskResult(status="crashed", error=f"worker died with {_signal_name(self.proc.returncode)}"
+                              f"{behind}", infrastructure=bool(grace)), False
         return result, healthy(result)
 
     def kill(self) -> None:
@@ -231,25 +245,32 @@ def preload_early(hint: object) -> None:
     """Give the early worker, if one waits, ``hint`` (a ``tasks.Preload``: the backends to import before its
     first task comes). It is a hint: a worker that is gone, or a full pipe, drops it."""
     if _EARLY:
-        from multiprocessing.reduction import ForkingPickler
-
         _EARLY[-1][1].send_bytes(ForkingPickler.dumps(hint))
 
 
-def warm_early(jobs: list[Job], store_root: str) -> None:
+def warm_early(jobs: list[Job], store_root: str, stored_references: set[str] | None) -> None:
     """Hint the early worker, if one waits, to import the backends of ``jobs``' CPU targets (the only ones it
-    serves) and to run the first one's reference run into the blob store at ``store_root``, while the
-    coordinator imports the rest of apply and plans: the first reference run the plan asks for is then
-    answered at once (~25 ms: the worker's first ONNX Runtime session). Jobs that turn out to be up to date,
-    or whose reference is cached, cost the idle worker that time, no more."""
+    serves) and to run the first reference run apply will ask for (the first of those jobs whose reference is
+    neither among ``stored_references``, the cache's, nor the manifest's own files) into the blob store at
+    ``store_root``, while the coordinator imports the rest of apply and plans: that reference run is then
+    answered at once (~25 ms: the worker's first ONNX Runtime session). ``stored_references`` None (the cache
+    could not be read): no reference run is hinted. The first task may wait behind the hinted run: its time
+    limit grows by the hinted job's, and a timeout or crash within it is not cached against it
+    (``Worker.grace_s``)."""
     if not _EARLY:
         return
     from trt_routes.execute.tasks import Preload, reference_task, warmups
 
     served = [j for j in jobs if not j.blocked and j.target_data.get("kind") == "cpu"]
     found = warmups(served)
-    if found:
-        preload_early(Preload(tuple(found), reference_task(served[0], store_root)))
+    if not found:
+        return
+    first = None if stored_references is None else next(
+        (j for j in served if j.reference_key not in stored_references and j.reference_shas is None), None)
+    worker = _EARLY[-1][1]
+    if first is not None:
+        worker.grace_s = float(first.measurement.timeout_s)
+    preload_early(Preload(tuple(found), reference_task(first, store_root) if first is not None else None))
 
 
 def take_early(env: Mapping[str, str], cpus: frozenset[int] | None) -> Worker | None:

@@ -317,6 +317,12 @@ def serve(conn: Connection, parent: int | None = None) -> None:
                 task = conn.recv()
             except (EOFError, OSError):
                 return  # the coordinator is gone: exit quietly
+            except Exception as exc:  # a task this process cannot rebuild (a class only the coordinator's
+                # script defines, in its __main__): the task's answer, then a fresh worker for the next
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    conn.send(TaskResult(status="crashed", error=f"infrastructure: the worker could not read "
+                                         f"its task: {_one_line(exc)}", infrastructure=True))
+                return
             if task is None:
                 stopped = True
                 return
@@ -365,6 +371,9 @@ def _speculated(task: object) -> TaskResult | None:
     """The kept result of a hinted reference run equal to ``task`` (given once), else None."""
     if _SPECULATED and isinstance(task, ReferenceTask) and _SPECULATED[0][0] == task:
         result = _SPECULATED.pop()[1]
+        store = BlobStore(Path(task.store_root))
+        if not (store.has(result.inputs_sha256) and store.has(result.outputs_sha256)):
+            return None  # removed since (a `cache gc` before apply took the project lock): run it again
         result.meta["speculated_s"] = result.meta.get("worker_s")  # spent while the worker waited for work
         result.meta["worker_s"] = 0.0
         return result
