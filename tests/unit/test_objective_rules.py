@@ -140,3 +140,27 @@ def test_the_rapl_meter_sums_packages_and_handles_a_wrap(tmp_path: Path, monkeyp
     monkeypatch.setattr(meters, "RAPL_GLOB", str(tmp_path / "none-[0-9]*"))
     assert "RAPL" in (meters.energy_readable({"kind": "cpu"}) or "")
     assert meters.unmeasurable(("energy",), {"kind": "cpu"}, frozenset({"energy"})) is None  # the backend reports it
+
+
+def test_latency_quantiles_are_numpys_to_the_last_bit_without_numpy() -> None:
+    """latency.p50/p90/p99 are numpy.quantile's default (linear) quantiles, bit for bit, on samples of every
+    size and shape (ties, one sample, wide ranges); computed without numpy, whose quantile imports numpy.ma
+    (~20 ms) on its first call, on apply's path to the first job's selection."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from trt_routes.facts import latency_facts
+
+    rng = np.random.default_rng(7)
+    for trial in range(3000):
+        n = int(rng.integers(1, 300))
+        x = [rng.lognormal(0, 1, n), rng.integers(0, 4, n).astype(float),
+             rng.random(n) * 10.0 ** int(rng.integers(-6, 6)), np.round(rng.random(n), 2)][trial % 4]
+        assert list(latency_facts(list(x)).values()) == [float(v) for v in np.quantile(x, [0.5, 0.9, 0.99])]
+    assert latency_facts([]) == {}
+    code = ("import sys\nfrom trt_routes.facts import latency_facts\nlatency_facts([3.0, 1.0, 2.0])\n"
+            "print('numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
