@@ -416,3 +416,41 @@ def test_a_worker_started_in_a_folder_that_shadows_the_standard_library_still_st
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=shadow)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["ok"]
+
+
+def test_a_held_trial_is_built_then_timed_only_after_its_release(tmp_path: Path) -> None:
+    """apply's first trial is held in its worker once built (TrialTask.hold) while the coordinator imports numpy:
+    no result comes before ``release``; after it, the trial is timed as any other. A held task released while it
+    still waits behind another (in the executor or in the worker's pipe) runs as any other when its turn comes."""
+    import dataclasses
+    import time
+
+    from conftest import load_make_models
+
+    from trt_routes.execute.tasks import reference_task
+
+    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
+    job = project.jobs[0]
+    store = project.store
+    with LocalExecutor() as executor:
+        ref = executor.run(reference_task(job, str(store.root)), 60)
+        assert ref.status == "ok", ref
+        from trt_routes.tune.trials import TrialRunner
+
+        runner = TrialRunner.__new__(TrialRunner)
+        runner.store = store
+        task = runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
+        ticket = executor.submit(dataclasses.replace(task, hold=True), 60)
+        assert executor._worker is not None
+        time.sleep(1.0)  # far longer than this small model's build and timing
+        assert not executor._worker.conn.poll(0)  # built, waiting for its go
+        released = time.perf_counter()
+        executor.release(ticket)
+        got, result = executor.wait()
+        assert got == ticket and result.status == "ok" and result.samples, result
+        assert result.measure_s <= time.perf_counter() - released  # timed after the release
+        other = executor.submit(task, 60)  # behind nothing: piped at once, not held
+        second = executor.submit(dataclasses.replace(task, hold=True), 60)  # queued behind it
+        executor.release(second)  # before its turn
+        results = dict([executor.wait(), executor.wait()])
+        assert results[other].status == results[second].status == "ok"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 __all__ = ["LocalExecutor", "Worker", "early_worker"]
 
+import dataclasses
 from collections import deque
 from collections.abc import Mapping
 from multiprocessing.reduction import ForkingPickler
@@ -14,7 +15,7 @@ from typing import Any
 
 from trt_routes.execute.base import InFlightRun, Target
 from trt_routes.execute.spawn import Worker, early_worker, take_early
-from trt_routes.execute.tasks import TaskResult
+from trt_routes.execute.tasks import GO, TaskResult
 
 #: The largest task queued in a worker's pipe behind a running one.
 _QUEUED_TASK_MAX_BYTES = 16 * 1024
@@ -33,6 +34,8 @@ class LocalExecutor(InFlightRun):
 
     #: its workers read this machine's files (``Executor.shares_files``)
     shares_files = True
+    #: a held trial (``TrialTask.hold``) waits in its worker for ``release``
+    holds = True
 
     def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
         self._worker: Worker | None = None
@@ -92,6 +95,15 @@ class LocalExecutor(InFlightRun):
 
     def _has_room(self, task: Any) -> bool:
         return True  # submit always queues
+
+    def release(self, ticket: int) -> None:
+        """Let the held trial ``ticket`` be timed: ``GO`` to its worker, or, not in a pipe yet, no hold at all."""
+        for i, (waiting, task, timeout) in enumerate(self._waiting):
+            if waiting == ticket:
+                self._waiting[i] = (waiting, dataclasses.replace(task, hold=False), timeout)
+                return
+        if self._worker is not None and any(piped == ticket for piped, _, _ in self._piped):
+            self._worker.send_bytes(ForkingPickler.dumps(GO))  # a worker gone: receiving its result says how
 
     def stop_soon(self) -> None:
         """Nothing more will be submitted: an idle worker is told to exit now, so that it does while the caller

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["IdentityTask", "Preload", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask",
+__all__ = ["GO", "IdentityTask", "Preload", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask",
            "healthy", "reference_task",
            "warmups"]
 
@@ -35,6 +35,13 @@ class TrialTask:
     seed: int = 0
     settle: SettleSpec = field(default_factory=SettleSpec)  # warm-up until settled (window 0: fixed only)
     judge_busy: bool = False  # measurement.busy: refuse: the noise context must read enough ticks to judge
+    #: build, then wait for ``GO`` on the worker's pipe before loading and timing: the coordinator's one-time
+    #: imports run beside this build instead of beside a timing (``Applier.dispatch``, local executors only)
+    hold: bool = False
+
+
+#: What releases a held trial (``TrialTask.hold``) in the worker that builds it.
+GO = "trt-routes:go"
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from trt_routes.errors import StorageError, storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
+    GO,
     IdentityTask,
     Preload,
     ReferenceTask,
@@ -99,6 +100,23 @@ def run_reference(task: ReferenceTask) -> TaskResult:
                           outputs_sha256=store.put_arrays(outputs))
 
 
+#: The pipe ``serve`` reads tasks from (a held trial reads its ``GO`` there too).
+_CONN: list[Connection] = []
+
+
+def _await_go() -> None:
+    """Wait for the coordinator's ``GO`` before timing a held trial (``TrialTask.hold``); anything else on the
+    pipe is a protocol error, the machine's."""
+    if not _CONN:
+        return  # not a worker process (a test calling run_trial): nothing to wait for
+    try:
+        message = _CONN[0].recv()
+    except (EOFError, OSError) as exc:
+        raise InfrastructureFailure(f"the coordinator went away while a trial waited to be timed: {exc}") from exc
+    if message != GO:
+        raise InfrastructureFailure(f"a held trial expected the coordinator's go, got {type(message).__name__}")
+
+
 def run_trial(task: TrialTask) -> TaskResult:
     """Build, check and time one route. The worker's scratch folder is emptied by ``serve`` after the
     result has been sent, so the coordinator's bookkeeping overlaps that cleanup."""
@@ -122,6 +140,8 @@ def run_trial(task: TrialTask) -> TaskResult:
     engine_bytes = _size(engine_tmp)
     with own_files("storing the engine"):
         engine_sha = store.put_file(engine_tmp, move=True)
+    if task.hold:
+        _await_go()
     t1 = time.perf_counter()
     noise = NoiseContext(task.spec.target)
     result = _check_and_time(task, backend, store, store.path(engine_sha))
@@ -310,6 +330,7 @@ def serve(conn: Connection, parent: int | None = None) -> None:
     (``spawn.child_main``), which exits when the coordinator does, and after an orderly stop leaves without
     the interpreter's teardown."""
     die_with_parent(parent if parent is not None else os.getppid())
+    _CONN[:] = [conn]
     stopped = False
     try:
         while True:

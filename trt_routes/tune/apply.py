@@ -7,8 +7,10 @@ its lock entry ``trt_routes.tune.locking``, what apply is asked and returns ``tr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -231,7 +233,8 @@ class Applier(TrialRunner):
             if not any(t.job.reference_key == job.reference_key and t.phase is Phase.REFERENCE for t in active):
                 tuning.ref_ticket = self.executor.submit(self.reference_task(job), job.measurement.timeout_s)
                 tuning.ref_submitted = time.perf_counter()
-        statistics_ready()  # while the reference runs, before the first trial does
+        if not getattr(self.executor, "holds", False):
+            statistics_ready()  # while the reference runs, before the first trial does (else: ``dispatch``)
         return tuning
 
     def take_reference(self, tuning: _Tuning, result: TaskResult, active: list[_Tuning]) -> None:
@@ -306,7 +309,18 @@ class Applier(TrialRunner):
             if not always and ((budget is not None and built + len(in_flight) >= budget) or not fits(route)):
                 return False
             task = self.trial_task(job, route, ref)
-            in_flight[self.executor.submit(task, job.measurement.timeout_s)] = route
+            # this apply's first trial, numpy not imported yet: held in its worker once built, so that the
+            # ~40 ms import runs beside the build, not beside a timing (an executor that cannot hold: now)
+            pending = "trt_routes.measure" not in sys.modules
+            hold = pending and getattr(self.executor, "holds", False)
+            if pending and not hold:
+                statistics_ready()
+            ticket = self.executor.submit(dataclasses.replace(task, hold=True) if hold else task,
+                                          job.measurement.timeout_s)
+            in_flight[ticket] = route
+            if hold:
+                statistics_ready()
+                self.executor.release(ticket)  # type: ignore[attr-defined]
         return True
 
     def begin_selection(self, tuning: _Tuning) -> None:
