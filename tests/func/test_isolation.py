@@ -454,3 +454,42 @@ def test_a_held_trial_is_built_then_timed_only_after_its_release(tmp_path: Path)
         executor.release(second)  # before its turn
         results = dict([executor.wait(), executor.wait()])
         assert results[other].status == results[second].status == "ok"
+
+
+def test_a_held_trial_whose_build_fails_leaves_its_release_unread_and_the_next_task_runs(tmp_path: Path) -> None:
+    """A held trial whose build fails answers before it reads its go (and its worker is replaced, as after any
+    failure); a go that reaches a live worker with no held trial is skipped, not answered (an extra answer would
+    pair every later result with the wrong task)."""
+    import dataclasses
+
+    from _exec_probe import EnvProbe
+    from conftest import load_make_models
+
+    from trt_routes.execute.tasks import reference_task
+    from trt_routes.tune.trials import TrialRunner
+
+    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
+    job = project.jobs[0]
+    with LocalExecutor() as executor:
+        ref = executor.run(reference_task(job, str(project.store.root)), 60)
+        runner = TrialRunner.__new__(TrialRunner)
+        runner.store = project.store
+        task = runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
+        broken = dataclasses.replace(task, spec=dataclasses.replace(task.spec, model_path=str(tmp_path / "none.onnx")),
+                                     hold=True)
+        ticket = executor.submit(broken, 60)
+        executor.release(ticket)
+        got, result = executor.wait()
+        assert got == ticket and result.status == "build-error", result
+        assert executor.run(EnvProbe(label="next"), 60).meta["label"] == "next"  # a fresh worker after a failure
+        assert executor.run(task, 60).status == "ok"
+        assert executor.workers_started == 2
+        from multiprocessing.reduction import ForkingPickler
+
+        from trt_routes.execute.tasks import GO
+
+        assert executor._worker is not None  # a go with no held trial, in a live worker: skipped, not answered
+        executor._worker.send_bytes(ForkingPickler.dumps(GO))
+        assert executor.run(EnvProbe(label="after"), 60).meta["label"] == "after"
+        assert executor.run(EnvProbe(label="then"), 60).meta["label"] == "then"
+        assert executor.workers_started == 2

@@ -350,6 +350,8 @@ def serve(conn: Connection, parent: int | None = None) -> None:
             if isinstance(task, Preload):
                 _preload(task)
                 continue
+            if task == GO:  # the release of a held trial that ended before its timing (its build failed)
+                continue
             result = _speculated(task) or _run(task)
             try:
                 conn.send(result)
