@@ -37,7 +37,8 @@ UNITS = {"latency.p50": "ms", "latency.p90": "ms", "latency.p99": "ms", "through
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``ordered`` (sorted, not empty) as ``numpy.quantile``'s default ("linear": the
+    """The ``q`` quantile of ``ordered`` (sorted, finite, not empty: a trial with a non-finite sample is crashed)
+    as ``numpy.quantile``'s default ("linear": the
     virtual index ``(n - 1) q``, interpolated as numpy's ``_lerp`` does), to the last bit. Not numpy's own: its
     first call imports ``numpy.ma`` (~20 ms, on apply's path to the first job's selection)."""
     h = (len(ordered) - 1) * q

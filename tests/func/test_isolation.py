@@ -323,8 +323,9 @@ def test_the_hinted_reference_run_answers_the_first_reference_task_and_a_differe
 
 def test_no_reference_run_is_hinted_when_the_cache_has_it_and_the_first_task_may_wait_behind_one(
         tmp_path: Path) -> None:
-    """The hint names the first job whose reference the cache lacks (none when the cache cannot be read); the
-    task that comes first may wait behind the hinted run: its time limit grows by the hinted job's, and a
+    """The hint names the first job's reference run when the cache lacks it (none when the cache has it: that
+    job's first trial comes first; none when the cache cannot be read); the task that comes first may wait
+    behind the hinted run: its time limit grows by the hinted job's, and a
     timeout or a death in that time is the machine's (not cached against a route)."""
     from _exec_probe import EnvProbe
     from conftest import load_make_models
@@ -335,13 +336,13 @@ def test_no_reference_run_is_hinted_when_the_cache_has_it_and_the_first_task_may
     project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
     first, second = project.jobs[0], next(j for j in project.jobs if j.reference_key != project.jobs[0].reference_key)
     store = str(project.store.root)
-    for stored, hinted in (({first.reference_key}, second), (None, None)):
-        with spawn.early_worker():
+    for stored, hinted in ((set(), first), ({first.reference_key}, None), (None, None)):
+        with spawn.early_worker():  # the first job's only: with its reference cached, its trial comes first
             worker = spawn._EARLY[0][1]
             spawn.warm_early([first, second], store, stored)
-            assert worker.grace_s == (second.measurement.timeout_s if hinted else 0.0)
+            assert worker.grace_s == (first.measurement.timeout_s if hinted else 0.0)
             with LocalExecutor() as executor:
-                for job in (second, first):
+                for job in (first, second):
                     got = executor.run(reference_task(job, store), 60)
                     assert got.status == "ok" and ("speculated_s" in got.meta) == (job is hinted), (job.name, got)
     with spawn.early_worker():
@@ -492,4 +493,32 @@ def test_a_held_trial_whose_build_fails_leaves_its_release_unread_and_the_next_t
         executor._worker.send_bytes(ForkingPickler.dumps(GO))
         assert executor.run(EnvProbe(label="after"), 60).meta["label"] == "after"
         assert executor.run(EnvProbe(label="then"), 60).meta["label"] == "then"
+        assert executor.workers_started == 2
+
+
+def test_a_released_held_trial_requeued_to_a_fresh_worker_is_not_held_there(tmp_path: Path) -> None:
+    """A held trial queued behind a task that kills its worker is requeued to a fresh worker after its go went
+    to the dead one: it runs there unheld, instead of waiting out its time limit for a go that never comes."""
+    import dataclasses
+
+    from _exec_probe import EnvProbe
+    from conftest import load_make_models
+
+    from trt_routes.execute.tasks import reference_task
+    from trt_routes.tune.trials import TrialRunner
+
+    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
+    job = project.jobs[0]
+    with LocalExecutor() as executor:
+        ref = executor.run(reference_task(job, str(project.store.root)), 60)
+        runner = TrialRunner.__new__(TrialRunner)
+        runner.store = project.store
+        task = runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
+        dying = executor.submit(EnvProbe(sleep_s=0.3, segfault=True), 30)
+        held = executor.submit(dataclasses.replace(task, hold=True), 20)
+        assert [t for t, _, _ in executor._piped] == [dying, held]
+        executor.release(held)
+        results = dict([executor.wait(), executor.wait()])
+        assert results[dying].status == "crashed"
+        assert results[held].status == "ok", results[held]
         assert executor.workers_started == 2

@@ -46,6 +46,7 @@ class LocalExecutor(InFlightRun):
         self._piped: deque[tuple[int, Any, float]] = deque()  # in the worker's pipe, in order: the first runs
         self._done: dict[int, TaskResult] = {}
         self._tickets = 0
+        self._released: set[int] = set()  # held trials released (``release``)
 
     def free_slots(self, target: Target | None) -> int:
         return 0 if self._waiting or self._piped else 1
@@ -63,7 +64,11 @@ class LocalExecutor(InFlightRun):
         """Move waiting tasks into the pipe: the first always, one more behind it when it is small (a
         pipe holds 64 KiB: a larger task queued behind a large result could block both ends)."""
         while self._waiting and len(self._piped) < 2:
-            data = ForkingPickler.dumps(self._waiting[0][1])
+            ticket, task, timeout = self._waiting[0]
+            if ticket in self._released and getattr(task, "hold", False):  # requeued after its go was sent
+                task = dataclasses.replace(task, hold=False)
+                self._waiting[0] = (ticket, task, timeout)
+            data = ForkingPickler.dumps(task)
             if self._piped and len(data) > _QUEUED_TASK_MAX_BYTES:
                 return
             if self._worker is not None and not self._piped and not self._worker.alive():
@@ -97,7 +102,9 @@ class LocalExecutor(InFlightRun):
         return True  # submit always queues
 
     def release(self, ticket: int) -> None:
-        """Let the held trial ``ticket`` be timed: ``GO`` to its worker, or, not in a pipe yet, no hold at all."""
+        """Let the held trial ``ticket`` be timed: ``GO`` to its worker, or, not in a pipe yet, no hold at all (nor
+        after a requeue to a fresh worker, ``_feed``: the go went with the worker that died)."""
+        self._released.add(ticket)
         for i, (waiting, task, timeout) in enumerate(self._waiting):
             if waiting == ticket:
                 self._waiting[i] = (waiting, dataclasses.replace(task, hold=False), timeout)

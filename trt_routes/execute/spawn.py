@@ -250,9 +250,9 @@ def preload_early(hint: object) -> None:
 
 def warm_early(jobs: list[Job], store_root: str, stored_references: set[str] | None) -> None:
     """Hint the early worker, if one waits, to import the backends of ``jobs``' CPU targets (the only ones it
-    serves) and to run the first reference run apply will ask for (the first of those jobs whose reference is
-    neither among ``stored_references``, the cache's, nor the manifest's own files) into the blob store at
-    ``store_root``, while the coordinator imports the rest of apply and plans: that reference run is then
+    serves) and to run the first of those jobs' reference run, when it is neither among ``stored_references``
+    (the cache's) nor the manifest's own files, into the blob store at ``store_root``, while the coordinator
+    imports the rest of apply and plans: that reference run, the first task, is then
     answered at once (~25 ms: the worker's first ONNX Runtime session). ``stored_references`` None (the cache
     could not be read): no reference run is hinted. The first task may wait behind the hinted run: its time
     limit grows by the hinted job's, and a timeout or crash within it is not cached against it
@@ -265,8 +265,9 @@ def warm_early(jobs: list[Job], store_root: str, stored_references: set[str] | N
     found = warmups(served)
     if not found:
         return
-    first = None if stored_references is None else next(
-        (j for j in served if j.reference_key not in stored_references and j.reference_shas is None), None)
+    # only the first job's: when it has its reference, its first trial comes first, and would wait behind the run
+    first = served[0] if stored_references is not None and served[0].reference_key not in stored_references \
+        and served[0].reference_shas is None else None
     worker = _EARLY[-1][1]
     if first is not None:
         worker.grace_s = float(first.measurement.timeout_s)
