@@ -4,6 +4,7 @@ become failed trials with their cause, and the run goes on. Uses tests/fault_bac
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from _paths import TESTS
 from _project import make_project
@@ -426,21 +427,8 @@ def test_a_held_trial_is_built_then_timed_only_after_its_release(tmp_path: Path)
     import dataclasses
     import time
 
-    from conftest import load_make_models
-
-    from trt_routes.execute.tasks import reference_task
-
-    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
-    job = project.jobs[0]
-    store = project.store
     with LocalExecutor() as executor:
-        ref = executor.run(reference_task(job, str(store.root)), 60)
-        assert ref.status == "ok", ref
-        from trt_routes.tune.trials import TrialRunner
-
-        runner = TrialRunner.__new__(TrialRunner)
-        runner.store = store
-        task = runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
+        task = _default_trial(tmp_path, executor)
         ticket = executor.submit(dataclasses.replace(task, hold=True), 60)
         assert executor._worker is not None
         time.sleep(1.0)  # far longer than this small model's build and timing
@@ -464,18 +452,9 @@ def test_a_held_trial_whose_build_fails_leaves_its_release_unread_and_the_next_t
     import dataclasses
 
     from _exec_probe import EnvProbe
-    from conftest import load_make_models
 
-    from trt_routes.execute.tasks import reference_task
-    from trt_routes.tune.trials import TrialRunner
-
-    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
-    job = project.jobs[0]
     with LocalExecutor() as executor:
-        ref = executor.run(reference_task(job, str(project.store.root)), 60)
-        runner = TrialRunner.__new__(TrialRunner)
-        runner.store = project.store
-        task = runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
+        task = _default_trial(tmp_path, executor)
         broken = dataclasses.replace(task, spec=dataclasses.replace(task.spec, model_path=str(tmp_path / "none.onnx")),
                                      hold=True)
         ticket = executor.submit(broken, 60)
@@ -502,18 +481,9 @@ def test_a_released_held_trial_requeued_to_a_fresh_worker_is_not_held_there(tmp_
     import dataclasses
 
     from _exec_probe import EnvProbe
-    from conftest import load_make_models
 
-    from trt_routes.execute.tasks import reference_task
-    from trt_routes.tune.trials import TrialRunner
-
-    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
-    job = project.jobs[0]
     with LocalExecutor() as executor:
-        ref = executor.run(reference_task(job, str(project.store.root)), 60)
-        runner = TrialRunner.__new__(TrialRunner)
-        runner.store = project.store
-        task = runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
+        task = _default_trial(tmp_path, executor)
         dying = executor.submit(EnvProbe(sleep_s=0.3, segfault=True), 30)
         held = executor.submit(dataclasses.replace(task, hold=True), 20)
         assert [t for t, _, _ in executor._piped] == [dying, held]
@@ -522,3 +492,19 @@ def test_a_released_held_trial_requeued_to_a_fresh_worker_is_not_held_there(tmp_
         assert results[dying].status == "crashed"
         assert results[held].status == "ok", results[held]
         assert executor.workers_started == 2
+
+
+def _default_trial(tmp_path: Path, executor: LocalExecutor) -> Any:
+    """The default route's TrialTask of a small project's first job, its reference run done on ``executor``."""
+    from conftest import load_make_models
+
+    from trt_routes.execute.tasks import reference_task
+    from trt_routes.tune.trials import TrialRunner
+
+    project = open_project(make_project(tmp_path / "p", load_make_models().write_models(tmp_path / "m")))
+    job = project.jobs[0]
+    ref = executor.run(reference_task(job, str(project.store.root)), 60)
+    assert ref.status == "ok", ref
+    runner = TrialRunner.__new__(TrialRunner)
+    runner.store = project.store
+    return runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
