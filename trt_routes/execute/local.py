@@ -102,13 +102,10 @@ class LocalExecutor(InFlightRun):
         return True  # submit always queues
 
     def release(self, ticket: int) -> None:
-        """Let the held trial ``ticket`` be timed: ``GO`` to its worker, or, not in a pipe yet, no hold at all (nor
-        after a requeue to a fresh worker, ``_feed``: the go went with the worker that died)."""
+        """Let the held trial ``ticket`` be timed: ``GO`` to its worker; a released trial fed to a worker later
+        (not in a pipe yet, or requeued to a fresh worker after the go went with one that died) is not held
+        there (``_feed``)."""
         self._released.add(ticket)
-        for i, (waiting, task, timeout) in enumerate(self._waiting):
-            if waiting == ticket:
-                self._waiting[i] = (waiting, dataclasses.replace(task, hold=False), timeout)
-                return
         if self._worker is not None and any(piped == ticket for piped, _, _ in self._piped):
             self._worker.send_bytes(ForkingPickler.dumps(GO))  # a worker gone: receiving its result says how
 
