@@ -119,7 +119,7 @@ def write_bytecode() -> None:
 #: a main module with a file, which ``-c`` code does not have).
 CONSOLE_SCRIPT = """import re
 import sys
-from trt_routes.cli.launch import main
+from trt_routes.cli.app import main
 if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit(main())

@@ -17,7 +17,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from trt_routes import __version__
-from trt_routes.cli import audit, cache, init, lock, startup, trials, tune
+from trt_routes.cli import audit, cache, init, lock, trials, tune
 from trt_routes.cli.common import console, json_mode
 from trt_routes.errors import Exit, TrtRoutesError, storage_error
 
@@ -138,7 +138,7 @@ def _main(
 
 
 def main() -> None:
-    """Run the command (the ``trt-routes`` console script, after ``cli.launch``), then leave without the
+    """Run the command (the ``trt-routes`` console script), then leave without the
     interpreter's teardown.
 
     Every exit handler still runs (``atexit``: multiprocessing's children, logging, temporary folders) and
@@ -148,14 +148,11 @@ def main() -> None:
     process."""
     import atexit
 
-    startup.begin()
     code: int | str | None = 0
     try:
         app()
     except SystemExit as exc:
         code = exc.code
-    finally:
-        startup.end()  # a command that loaded no project
     if isinstance(code, str):  # SystemExit("message"): the interpreter prints it and exits 1
         print(code, file=sys.stderr)
         code = 1
@@ -164,9 +161,6 @@ def main() -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # a closed pipe (| head): as the interpreter's own exit says it, 120
         code = code or 120
-    spawn = sys.modules.get("trt_routes.execute.spawn")
-    if spawn is not None:  # an early worker no command took (the launcher's, before a usage error)
-        spawn.stop_early()
     atexit._run_exitfuncs()
     os._exit(code or 0)
 

@@ -57,12 +57,9 @@ def write_json(name: str, payload: dict[str, Any]) -> None:
 
 def open_project(manifest: Path) -> Project:
     # imported here, not at the top: `--help` and `schema` stay fast
-    from trt_routes.cli import startup
     from trt_routes.project import open_project as open_
 
-    project = open_(manifest)
-    startup.end()
-    return project
+    return open_(manifest)
 
 
 def select_jobs(project: Project, only: list[str] | None) -> list[Job]:

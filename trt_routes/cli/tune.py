@@ -163,45 +163,22 @@ def apply(
         "--retry-failed", help="Run the selected jobs' cached crashed and timed-out trials again.")] = False,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
-    from trt_routes.execute import quiet as quiet_hint  # the standard library and the memo: the worker starts first
-    from trt_routes.execute.spawn import early_worker, stop_early, warm_early
+    from trt_routes.plan.saved import load_plan
+    from trt_routes.tune.apply import ApplyOptions
 
-    if quiet_hint.LAUNCHED:  # the console script guessed before the imports (cli.launch): its key and guess
-        hint, predicted = quiet_hint.LAUNCHED["key"], bool(quiet_hint.LAUNCHED["predicted"])
-    else:
-        hint = quiet_hint.key(manifest, {"only": only, "workers": workers, "executor": executor,
-                                    "retry_failed": retry_failed, "plan": str(plan_file) if plan_file else None})
-        predicted = quiet_hint.predicted(hint)
-    early = not (dry_run or frozen) and (executor or "local") == "local" and not predicted
-    with early_worker(enabled=early):
-        project = open_project(manifest)
-        settings = project.loaded.manifest.execution
-        if (executor or settings.executor) != "local" or (workers or settings.workers or 1) != 1:
-            stop_early()  # the manifest sends the work to Ray or to several pinned workers: none takes this one
-        # the jobs first (--only checked, an early worker told their backends, a manifest or model error before
-        # any other); a predicted no-op leaves them to apply, which resolves them once for its executor
-        if only or not predicted:
-            from trt_routes.cache.store import stored_reference_keys
+    project = open_project(manifest)
+    select_jobs(project, only)  # a pattern that matches no job, a model error: before any work
+    saved = load_plan(plan_file) if plan_file is not None and not frozen else None
+    options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
+                                      executor=executor, address=address, frozen=frozen,
+                                      plan=plan_file is not None, retry_failed=retry_failed)
+    if frozen:
+        from trt_routes.gitops.frozen import FrozenOptions
 
-            jobs = select_jobs(project, only)
-            warm_early(jobs, str(project.store.root),
-                       stored_reference_keys(project.cache_path, (j.reference_key for j in jobs)))
-        from trt_routes.plan.saved import load_plan
-        from trt_routes.tune.apply import ApplyOptions
-        saved = load_plan(plan_file) if plan_file is not None and not frozen else None
-        options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
-                                          executor=executor, address=address, frozen=frozen,
-                                          plan=plan_file is not None, retry_failed=retry_failed)
-        if frozen:
-            from trt_routes.gitops.frozen import FrozenOptions
-
-            raise typer.Exit(_apply_frozen(project, FrozenOptions(
-                only=options.only, allow_signature_drift=allow_signature_drift, keep_going=keep_going,
-                dry_run=dry_run), as_json=as_json, quiet=quiet))
-        code = _apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose)
-        if code == Exit.OK and not dry_run:  # unchanged, these files predict a no-op: no early worker next time
-            quiet_hint.remember(hint, quiet_hint.project_files(project))
-        raise typer.Exit(code)
+        raise typer.Exit(_apply_frozen(project, FrozenOptions(
+            only=options.only, allow_signature_drift=allow_signature_drift, keep_going=keep_going,
+            dry_run=dry_run), as_json=as_json, quiet=quiet))
+    raise typer.Exit(_apply(project, options, saved, as_json=as_json, quiet=quiet, verbose=verbose))
 
 
 def _apply(project: Project, options: ApplyOptions, saved: SavedPlan | None, *, as_json: bool, quiet: bool,

@@ -44,10 +44,6 @@ def target_device(target: Target | None) -> dict[str, str] | None:
 class Executor(Protocol):
     """Runs isolated tasks. ``run`` blocks; ``submit``/``wait`` keep up to ``free_slots`` in flight."""
 
-    #: Its workers read the coordinator's files (engines in the store, by path): local processes, not a
-    #: cluster's. Tasks that name files by path (``tasks.IdentityTask``) go only to such executors.
-    shares_files: bool
-
     def run(self, task: Any, timeout: float) -> TaskResult:
         """Run one task and return its result (used for references and side-by-side re-measurements)."""
         ...

@@ -5,17 +5,16 @@ its task becomes a trial with status ``crashed`` or ``timeout`` and the run goes
 
 from __future__ import annotations
 
-__all__ = ["LocalExecutor", "Worker", "early_worker"]
+__all__ = ["LocalExecutor", "Worker"]
 
-import dataclasses
 from collections import deque
 from collections.abc import Mapping
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from trt_routes.execute.base import InFlightRun, Target
-from trt_routes.execute.spawn import Worker, early_worker, take_early
-from trt_routes.execute.tasks import GO, TaskResult
+from trt_routes.execute.spawn import Worker
+from trt_routes.execute.tasks import TaskResult
 
 #: The largest task queued in a worker's pipe behind a running one.
 _QUEUED_TASK_MAX_BYTES = 16 * 1024
@@ -32,11 +31,6 @@ class LocalExecutor(InFlightRun):
     records that result and picks what comes next. A worker that reports a failure exits before
     reading on (``serve``), and the task queued behind it goes to its replacement."""
 
-    #: its workers read this machine's files (``Executor.shares_files``)
-    shares_files = True
-    #: a held trial (``TrialTask.hold``) waits in its worker for ``release``
-    holds = True
-
     def __init__(self, env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
         self._worker: Worker | None = None
         self.workers_started = 0
@@ -46,7 +40,6 @@ class LocalExecutor(InFlightRun):
         self._piped: deque[tuple[int, Any, float]] = deque()  # in the worker's pipe, in order: the first runs
         self._done: dict[int, TaskResult] = {}
         self._tickets = 0
-        self._released: set[int] = set()  # held trials released (``release``)
 
     def free_slots(self, target: Target | None) -> int:
         return 0 if self._waiting or self._piped else 1
@@ -64,10 +57,7 @@ class LocalExecutor(InFlightRun):
         """Move waiting tasks into the pipe: the first always, one more behind it when it is small (a
         pipe holds 64 KiB: a larger task queued behind a large result could block both ends)."""
         while self._waiting and len(self._piped) < 2:
-            ticket, task, timeout = self._waiting[0]
-            if ticket in self._released and getattr(task, "hold", False):  # requeued after its go was sent
-                task = dataclasses.replace(task, hold=False)
-                self._waiting[0] = (ticket, task, timeout)
+            _ticket, task, _timeout = self._waiting[0]
             data = ForkingPickler.dumps(task)
             if self._piped and len(data) > _QUEUED_TASK_MAX_BYTES:
                 return
@@ -75,7 +65,7 @@ class LocalExecutor(InFlightRun):
                 self._worker.kill()  # it died idle, after its last result: the next task is not to blame
                 self._worker = None
             if self._worker is None:
-                self._worker = take_early(self.env, self.cpus) or Worker(self.env, self.cpus)
+                self._worker = Worker(self.env, self.cpus)
                 self.workers_started += 1
             self._piped.append(self._waiting.popleft())
             if not self._worker.send_bytes(data):
@@ -100,20 +90,6 @@ class LocalExecutor(InFlightRun):
 
     def _has_room(self, task: Any) -> bool:
         return True  # submit always queues
-
-    def release(self, ticket: int) -> None:
-        """Let the held trial ``ticket`` be timed: ``GO`` to its worker; a released trial fed to a worker later
-        (not in a pipe yet, or requeued to a fresh worker after the go went with one that died) is not held
-        there (``_feed``)."""
-        self._released.add(ticket)
-        if self._worker is not None and any(piped == ticket for piped, _, _ in self._piped):
-            self._worker.send_bytes(ForkingPickler.dumps(GO))  # a worker gone: receiving its result says how
-
-    def stop_soon(self) -> None:
-        """Nothing more will be submitted: an idle worker is told to exit now, so that it does while the caller
-        finishes up (writing tuning.lock); ``close`` then only waits for it."""
-        if self._worker is not None and not self._piped and not self._waiting:
-            self._worker.stop()
 
     def close(self) -> None:
         if self._worker is not None:

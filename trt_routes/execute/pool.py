@@ -144,9 +144,6 @@ class _SlotRunner:
 class PoolExecutor(InFlightRun):
     """Keeps every slot busy; ``free_slots``/``submit``/``wait`` for apply's dispatch loop."""
 
-    #: its workers read this machine's files (``Executor.shares_files``)
-    shares_files = True
-
     def __init__(self, slots: list[Slot]) -> None:
         if not slots:
             raise UsageError("no worker slots to run trials on")

@@ -81,9 +81,6 @@ class _Flight:
 class RayExecutor(InFlightRun):
     """Runs trials as Ray tasks; ``free_slots`` is the cluster's capacity for the target minus what runs."""
 
-    #: its workers may run on other machines (``Executor.shares_files``)
-    shares_files = False
-
     def __init__(self, config: ExecutionConfig) -> None:
         ray = _ray()
         self.ray = ray

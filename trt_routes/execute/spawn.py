@@ -1,14 +1,11 @@
-"""One worker process: started with its environment and cores, a pipe to it; and the early worker that
-`trt-routes apply` starts before its own imports.
+"""One worker process: started with its environment and cores, a pipe to it.
 
 Only the standard library is imported here (the result records are imported when the first result is
-read, the worker's code only in the child), so that the CLI can start the worker first and the two
-interpreters' imports overlap: the coordinator's ~0.25 s of imports and the worker's own."""
+read, the worker's code only in the child)."""
 
 from __future__ import annotations
 
-__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "child_main", "early_worker", "preload_early", "start_early",
-           "stop_early", "take_early", "warm_early"]
+__all__ = ["WORKER_ENV_DEFAULTS", "Worker", "child_main"]
 
 import contextlib
 import os
@@ -23,7 +20,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trt_routes.execute.tasks import TaskResult
-    from trt_routes.jobs import Job
 
 #: Set in every worker unless the user's environment sets it. A worker's own numpy work (inputs, losses)
 #: is small, and OpenBLAS's idle pool threads spin for a while after each call: without this, the loss
@@ -112,9 +108,6 @@ class Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.start_error = ""  # the worker could not be started (the machine's failure, not a task's)
         self._stopping = False
-        #: seconds of a hinted reference run (``warm_early``) that the first task may wait behind: added to that
-        #: task's time limit, and a timeout or death within it is the machine's, not the task's
-        self.grace_s = 0.0
         try:
             with _spawn_context(env, cpus):
                 self.proc = subprocess.Popen(
@@ -159,19 +152,15 @@ class Worker:
         if self.start_error:
             return TaskResult(status="crashed", error=f"infrastructure: could not start a worker process: "
                               f"{self.start_error}", infrastructure=True), False
-        grace, self.grace_s = self.grace_s, 0.0
-        behind = " (it may have been running a reference run hinted ahead of this task)" if grace else ""
-        if not self.conn.poll(timeout + grace):
+        if not self.conn.poll(timeout):
             self.kill()
-            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit{behind}",
-                              infrastructure=bool(grace)), False
+            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
         try:
             result: TaskResult = self.conn.recv()
         except (EOFError, OSError):
             self._wait(5)
             assert self.proc is not None
-            return TaskResult(status="crashed", error=f"worker died with {_signal_name(self.proc.returncode)}"
-                              f"{behind}", infrastructure=bool(grace)), False
+            return TaskResult(status="crashed", error=f"worker died with {_signal_name(self.proc.returncode)}"), False
         return result, healthy(result)
 
     def kill(self) -> None:
@@ -202,85 +191,3 @@ class Worker:
                 self.proc.kill()
             self._wait(2)
         self.conn.close()
-
-
-#: The worker ``early_worker`` started, with the environment variables it was started under (at most one).
-_EARLY: list[tuple[dict[str, str], Worker]] = []
-
-
-def start_early() -> None:
-    """Start the default local worker now, unless one is waiting already (``early_worker``)."""
-    if not _EARLY:
-        _EARLY.append((dict(os.environ), Worker()))
-
-
-def stop_early() -> None:
-    """Stop the early worker if nobody took it (never given a task: nothing of it to keep)."""
-    while _EARLY:
-        _EARLY.pop()[1].kill()
-
-
-@contextlib.contextmanager
-def early_worker(enabled: bool = True) -> Iterator[None]:
-    """Start the default local worker now, before the caller imports the rest of trt-routes and loads the
-    project: its interpreter and imports (~0.17 s) overlap the coordinator's own, and it is ready when
-    the first task comes. The first LocalExecutor that would start an identical worker (no extra
-    environment, no pinned cores, the same environment variables) takes it; one nobody took is stopped on
-    exit (a no-op apply: a few milliseconds here, its start-up on another core).
-
-    A worker already waiting (the console script starts one before the CLI's imports: ``cli.launch``) is
-    adopted; ``enabled=False`` stops it at once (the parsed flags refuted the launcher's guess)."""
-    if not enabled:
-        stop_early()
-        yield
-        return
-    start_early()
-    try:
-        yield
-    finally:
-        stop_early()
-
-
-def preload_early(hint: object) -> None:
-    """Give the early worker, if one waits, ``hint`` (a ``tasks.Preload``: the backends to import before its
-    first task comes). It is a hint: a worker that is gone, or a full pipe, drops it."""
-    if _EARLY:
-        _EARLY[-1][1].send_bytes(ForkingPickler.dumps(hint))
-
-
-def warm_early(jobs: list[Job], store_root: str, stored_references: set[str] | None) -> None:
-    """Hint the early worker, if one waits, to import the backends of ``jobs``' CPU targets (the only ones it
-    serves) and to run the first of those jobs' reference run, when it is neither among ``stored_references``
-    (the cache's) nor the manifest's own files, into the blob store at ``store_root``, while the coordinator
-    imports the rest of apply and plans: that reference run, the first task, is then
-    answered at once (~25 ms: the worker's first ONNX Runtime session). ``stored_references`` None (the cache
-    could not be read): no reference run is hinted. The first task may wait behind the hinted run: its time
-    limit grows by the hinted job's, and a timeout or crash within it is not cached against it
-    (``Worker.grace_s``)."""
-    if not _EARLY:
-        return
-    from trt_routes.execute.tasks import Preload, reference_task, warmups
-
-    served = [j for j in jobs if not j.blocked and j.target_data.get("kind") == "cpu"]
-    found = warmups(served)
-    if not found:
-        return
-    # only the first job's: when it has its reference, its first trial comes first, and would wait behind the run
-    first = served[0] if stored_references is not None and served[0].reference_key not in stored_references \
-        and served[0].reference_shas is None else None
-    worker = _EARLY[-1][1]
-    if first is not None:
-        worker.grace_s = float(first.measurement.timeout_s)
-    preload_early(Preload(tuple(found), reference_task(first, store_root) if first is not None else None))
-
-
-def take_early(env: Mapping[str, str], cpus: frozenset[int] | None) -> Worker | None:
-    """The early worker, if it was started for exactly this configuration and is alive; else None (and
-    an early worker started for another configuration is stopped)."""
-    if not _EARLY:
-        return None
-    environ, worker = _EARLY.pop()
-    if env or cpus is not None or environ != dict(os.environ) or not worker.alive() or worker.start_error:
-        worker.kill()  # started for another configuration, and never given a task
-        return None
-    return worker

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["GO", "IdentityTask", "Preload", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask",
-           "healthy", "reference_task",
+__all__ = ["ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask", "healthy", "reference_task",
            "warmups"]
 
 from collections.abc import Iterable
@@ -35,13 +34,6 @@ class TrialTask:
     seed: int = 0
     settle: SettleSpec = field(default_factory=SettleSpec)  # warm-up until settled (window 0: fixed only)
     judge_busy: bool = False  # measurement.busy: refuse: the noise context must read enough ticks to judge
-    #: build, then wait for ``GO`` on the worker's pipe before loading and timing: the coordinator's one-time
-    #: imports run beside this build instead of beside a timing (``Applier.dispatch``, local executors only)
-    hold: bool = False
-
-
-#: What releases a held trial (``TrialTask.hold``) in the worker that builds it.
-GO = "trt-routes:go"
 
 
 @dataclass(frozen=True)
@@ -54,18 +46,6 @@ class ReferenceTask:
     inputs: dict[str, dict[str, Any]]  # name -> {"dtype", "low", "high", "shape"}
     seed: int
     given_inputs_sha: str = ""  # user-provided inputs already in the store
-
-
-@dataclass(frozen=True)
-class IdentityTask:
-    """The structural identity of a built engine (``Backend.engine_identity``, its result in ``meta["identity"]``),
-    computed in a worker, which has the backend's libraries imported (ONNX for ONNX Runtime's engines): the
-    coordinator then never imports them for a lock entry. Only for executors whose workers read the
-    coordinator's files (``Executor.shares_files``)."""
-
-    backend: str
-    spec: BuildSpec  # its target: the worker that runs the job's trials runs this too
-    engine_path: str
 
 
 @dataclass(frozen=True)
@@ -84,17 +64,6 @@ def warmups(jobs: Iterable[Job]) -> list[WarmupTask]:
         key = (job.backend, canonical.dumps(job.target_data.get("device")))
         tasks.setdefault(key, WarmupTask(backend=job.backend, spec=job.build_spec({})))
     return list(tasks.values())
-
-
-@dataclass(frozen=True)
-class Preload:
-    """A hint, not a task: run these warm-ups (``Backend.warm_up``: the backend's imports) while the worker
-    waits for its first task, then ``reference`` (the reference run the first job will most likely ask for),
-    whose result the worker keeps for an equal ``ReferenceTask`` that comes next. Nothing is sent back; a
-    warm-up or a reference run that fails is left for the first task that needs it to meet and report."""
-
-    warmups: tuple[WarmupTask, ...]
-    reference: ReferenceTask | None = None
 
 
 def reference_task(job: Job, store_root: str) -> ReferenceTask:

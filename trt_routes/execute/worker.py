@@ -37,9 +37,6 @@ from trt_routes.errors import StorageError, storage_error
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
-    GO,
-    IdentityTask,
-    Preload,
     ReferenceTask,
     RemeasureTask,
     TaskResult,
@@ -100,23 +97,6 @@ def run_reference(task: ReferenceTask) -> TaskResult:
                           outputs_sha256=store.put_arrays(outputs))
 
 
-#: The pipe ``serve`` reads tasks from (a held trial reads its ``GO`` there too).
-_CONN: list[Connection] = []
-
-
-def _await_go() -> None:
-    """Wait for the coordinator's ``GO`` before timing a held trial (``TrialTask.hold``); anything else on the
-    pipe is a protocol error, the machine's."""
-    if not _CONN:
-        return  # not a worker process (a test calling run_trial): nothing to wait for
-    try:
-        message = _CONN[0].recv()
-    except (EOFError, OSError) as exc:
-        raise InfrastructureFailure(f"the coordinator went away while a trial waited to be timed: {exc}") from exc
-    if message != GO:
-        raise InfrastructureFailure(f"a held trial expected the coordinator's go, got {type(message).__name__}")
-
-
 def run_trial(task: TrialTask) -> TaskResult:
     """Build, check and time one route. The worker's scratch folder is emptied by ``serve`` after the
     result has been sent, so the coordinator's bookkeeping overlaps that cleanup."""
@@ -140,8 +120,6 @@ def run_trial(task: TrialTask) -> TaskResult:
     engine_bytes = _size(engine_tmp)
     with own_files("storing the engine"):
         engine_sha = store.put_file(engine_tmp, move=True)
-    if task.hold:
-        _await_go()
     t1 = time.perf_counter()
     noise = NoiseContext(task.spec.target)
     result = _check_and_time(task, backend, store, store.path(engine_sha))
@@ -330,7 +308,6 @@ def serve(conn: Connection, parent: int | None = None) -> None:
     (``spawn.child_main``), which exits when the coordinator does, and after an orderly stop leaves without
     the interpreter's teardown."""
     die_with_parent(parent if parent is not None else os.getppid())
-    _CONN[:] = [conn]
     stopped = False
     try:
         while True:
@@ -347,12 +324,7 @@ def serve(conn: Connection, parent: int | None = None) -> None:
             if task is None:
                 stopped = True
                 return
-            if isinstance(task, Preload):
-                _preload(task)
-                continue
-            if task == GO:  # the release of a held trial that ended before its timing (its build failed)
-                continue
-            result = _speculated(task) or _run(task)
+            result = _run(task)
             try:
                 conn.send(result)
             except (BrokenPipeError, OSError):
@@ -372,38 +344,6 @@ def serve(conn: Connection, parent: int | None = None) -> None:
             os._exit(0)
 
 
-#: The reference run a ``Preload`` hinted at, and its result, for an equal ``ReferenceTask`` (at most one).
-_SPECULATED: list[tuple[ReferenceTask, TaskResult]] = []
-
-
-def _preload(hint: Preload) -> None:
-    """Warm the hinted backends up, then run the hinted reference run and keep its result; no result is sent
-    (``Preload``), so a failure here is the first task's to meet: it runs the same code and reports what went
-    wrong (a failed reference run is not kept)."""
-    for warmup in hint.warmups:
-        with contextlib.suppress(Exception), captured_fd2():
-            registry.get(warmup.backend).warm_up(warmup.spec)
-    _SPECULATED.clear()
-    if hint.reference is not None:
-        result = _run(hint.reference)
-        if result.status == "ok":
-            _SPECULATED.append((hint.reference, result))
-
-
-def _speculated(task: object) -> TaskResult | None:
-    """The kept result of a hinted reference run equal to ``task`` (given once), else None."""
-    if _SPECULATED and isinstance(task, ReferenceTask) and _SPECULATED[0][0] == task:
-        result = _SPECULATED.pop()[1]
-        store = BlobStore(Path(task.store_root))
-        if not (store.has(result.inputs_sha256) and store.has(result.outputs_sha256)):
-            return None  # removed since (a `cache gc` before apply took the project lock): run it again
-        result.meta["speculated_s"] = result.meta.get("worker_s")  # spent while the worker waited for work
-        result.meta["worker_s"] = 0.0
-        return result
-    _SPECULATED.clear()  # the hint guessed wrong: nothing to keep it for
-    return None
-
-
 #: The line that starts what a task's native code wrote to file descriptor 2, at the end of its log.
 STDERR_HEADER = "--- backend stderr ---"
 def _run(task: object) -> TaskResult:
@@ -412,16 +352,6 @@ def _run(task: object) -> TaskResult:
     if captured:
         result.log = "\n".join(x for x in (result.log.rstrip(), STDERR_HEADER, *captured) if x)
     return result
-
-
-def _identity(task: IdentityTask) -> TaskResult:
-    """An engine's identity; one that cannot be read is reported (``meta["error"]``), not a failed task: the
-    coordinator then reads it itself and meets the error where it always did, and this worker goes on."""
-    try:
-        return TaskResult(status="ok", meta={"identity": registry.get(task.backend).engine_identity(
-            Path(task.engine_path))})
-    except Exception as exc:
-        return TaskResult(status="ok", meta={"error": _one_line(exc)})
 
 
 def _dispatch(task: object) -> TaskResult:
@@ -436,8 +366,6 @@ def _dispatch(task: object) -> TaskResult:
         elif isinstance(task, WarmupTask):
             registry.get(task.backend).warm_up(task.spec)
             result = TaskResult(status="ok")
-        elif isinstance(task, IdentityTask):
-            result = _identity(task)
         elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
             result = task.execute()  # type: ignore[attr-defined]
         else:

@@ -7,25 +7,21 @@ its lock entry ``trt_routes.tune.locking``, what apply is asked and returns ``tr
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
 from trt_routes import memo
-from trt_routes.backends.base import Backend
 from trt_routes.cache import facts
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import CacheError
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
-from trt_routes.execute.tasks import IdentityTask, RemeasureTask, TaskResult, WarmupTask, warmups
+from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
@@ -111,7 +107,7 @@ class Applier(TrialRunner):
         super().__init__(project, cache, reporter, executor)
         self.lock = lock
         self.options = options
-        self.locks = LockWriter(project, cache, lock, self.identify)
+        self.locks = LockWriter(project, cache, lock)
         self.timings = Timings()
 
     # -- tuning several jobs at once ----------------------------------------------------------------
@@ -233,8 +229,7 @@ class Applier(TrialRunner):
             if not any(t.job.reference_key == job.reference_key and t.phase is Phase.REFERENCE for t in active):
                 tuning.ref_ticket = self.executor.submit(self.reference_task(job), job.measurement.timeout_s)
                 tuning.ref_submitted = time.perf_counter()
-        if not getattr(self.executor, "holds", False):
-            statistics_ready()  # while the reference runs, before the first trial does (else: ``dispatch``)
+        statistics_ready()  # while the reference runs (or the worker starts), before any trial is timed
         return tuning
 
     def take_reference(self, tuning: _Tuning, result: TaskResult, active: list[_Tuning]) -> None:
@@ -308,19 +303,8 @@ class Applier(TrialRunner):
             always = route == DEFAULT_ROUTE or route in job.baseline_routes
             if not always and ((budget is not None and built + len(in_flight) >= budget) or not fits(route)):
                 return False
-            task = self.trial_task(job, route, ref)
-            # this apply's first trial, numpy not imported yet: held in its worker once built, so that the
-            # ~40 ms import runs beside the build, not beside a timing (an executor that cannot hold: now)
-            pending = "trt_routes.measure" not in sys.modules
-            hold = pending and getattr(self.executor, "holds", False)
-            if pending and not hold:
-                statistics_ready()
-            ticket = self.executor.submit(dataclasses.replace(task, hold=True) if hold else task,
-                                          job.measurement.timeout_s)
+            ticket = self.executor.submit(self.trial_task(job, route, ref), job.measurement.timeout_s)
             in_flight[ticket] = route
-            if hold:
-                statistics_ready()
-                self.executor.release(ticket)  # type: ignore[attr-defined]
         return True
 
     def begin_selection(self, tuning: _Tuning) -> None:
@@ -418,20 +402,6 @@ class Applier(TrialRunner):
             turn_target=turn_target(settings), max_slot_ms=settings.max_slot_ms,
             turn_spread=spread_of(trials[request.baseline].samples, job.measurement.iterations),
             stopping=Stopping.of(settings, len(request.challengers)), statistic=confirm_statistic(job))
-
-    def identify(self, job: Job, backend: Backend, engine: Path) -> str | None:
-        """The lock entry's ``engine_identity`` of ``engine``, read by the job's worker when one is free and reads
-        this machine's files (the coordinator then never imports ONNX for it: ~30 ms of an apply's path), else
-        here; an engine the worker could not read is read here too, which meets the error where it always did."""
-        if type(backend).engine_identity is Backend.engine_identity:
-            return None  # the backend has none: no round trip
-        if getattr(self.executor, "shares_files", False) and self.executor.free_slots(job.target_data) > 0:
-            result = self.executor.run(IdentityTask(backend=job.backend, spec=job.build_spec({}),
-                                                    engine_path=str(engine)), job.measurement.timeout_s)
-            if result.status == "ok" and "error" not in result.meta:
-                identity = result.meta.get("identity")
-                return str(identity) if identity is not None else None
-        return backend.engine_identity(engine)
 
     def have_engine(self, sha: str) -> bool:
         """Whether the store holds engine ``sha``, fetched from a cache remote if it lacks it."""
@@ -641,9 +611,6 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 order = {jp.job.name: i for i, jp in enumerate(plan.jobs)}
                 result.outcomes.sort(key=lambda o: order.get(o.job.name, len(order)))
                 timings("jobs_done")
-                stop_soon = getattr(executor, "stop_soon", None)
-                if stop_soon is not None:  # its workers exit while tuning.lock is written
-                    stop_soon()
                 for name in plan.removed:
                     lock.jobs.pop(name, None)
                 t0 = time.perf_counter()

@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 from trt_routes import canonical
 from trt_routes.backends import registry
-from trt_routes.backends.base import Backend
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
@@ -46,13 +43,10 @@ def _facts(sel: Selection, winner: TrialRecord, job: Job) -> dict[str, float]:
 class LockWriter:
     """Builds the jobs' lock entries and writes them to one lockfile."""
 
-    def __init__(self, project: Project, cache: CacheStore, lock: Lockfile,
-                 identify: Callable[[Job, Backend, Path], str | None] | None = None) -> None:
+    def __init__(self, project: Project, cache: CacheStore, lock: Lockfile) -> None:
         self.project = project
         self.cache = cache
         self.lock = lock
-        #: reads an engine's ``engine_identity`` (default: here, ``backend.engine_identity``)
-        self.identify = identify or (lambda job, backend, engine: backend.engine_identity(engine))
         self._last_write = time.monotonic()
 
     def entry(self, job: Job, sel: Selection, winner: TrialRecord, cands: list[str],
@@ -90,7 +84,7 @@ class LockWriter:
             timing=self.timing(job, sel, winner),
             losses=winner.losses,
             engine=LockEngine(sha256=winner.engine_sha256, path=self.project.rel(dest),
-                              size=dest.stat().st_size, identity=self.identify(job, backend, dest)),
+                              size=dest.stat().st_size, identity=backend.engine_identity(dest)),
             trials=counts,
             selection=LockSelection(key=selection_key(job), confirmation=canonical.normalize(sel.confirmation)),
             objective=LockObjective(name=job.objective_name, rank=job.objective.rank,
