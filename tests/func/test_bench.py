@@ -1,7 +1,7 @@
 """Every bench script runs end to end on tiny inputs, as a subprocess, and prints its table or last line.
 
 GPU-only scripts run where a CUDA GPU (and torch) is present and are skipped, saying why, elsewhere;
-``probe_startup.py`` and ``scale.py --backend torch-inductor --device cpu`` are their CPU-capable paths."""
+``probes/probe_startup.py`` and ``scale.py --backend torch-inductor --device cpu`` are their CPU-capable paths."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def test_scale_torch_inductor(tmp_path: Path) -> None:
 
 def test_probe_startup_prints_each_step_twice(tmp_path: Path) -> None:
     """Its CPU path: detection and the GPUs' local cores run anywhere; without CUDA the child step says why."""
-    out = bench("probe_startup.py", cwd=tmp_path)
+    out = bench("probes/probe_startup.py", cwd=tmp_path)
     steps = re.findall(r"^(first|second) (detect\(\)|gpu_local_cpus|child process): ([\d.]+) s(.*)$", out, re.M)
     assert [(a, s) for a, s, _, _ in steps] == [(a, s) for a in ("first", "second")
                                                 for s in ("detect()", "gpu_local_cpus", "child process")]
@@ -223,8 +223,8 @@ def test_compile_contention_two_gpus(tmp_path: Path) -> None:
 
 def test_torch_gpu_probe(tmp_path: Path) -> None:
     needs_gpu()
-    proc = subprocess.run([sys.executable, str(BENCH / "torch_gpu_probe.py")], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run([sys.executable, str(BENCH / "probes" / "torch_gpu_probe.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900)
     steps = re.findall(r"^== (.+): exit (-?\d+) in \d+ s$", proc.stdout, re.M)
     assert [s for s, _ in steps] == ["raw torch AOTInductor on cuda:0", "torch-inductor backend, mode aot",
                                      "jit with CUDA graphs, then AOTInductor, in one process"], proc.stdout
@@ -322,12 +322,12 @@ def test_side_by_side_layouts_report_both_and_the_shared_layout_takes_fewer_turn
 
 
 def test_torch_knob_probe_tiny_runs_every_variant_and_writes_its_table(tmp_path: Path) -> None:
-    """bench/torch_knob_probe.py's self-check (two small plain-torch models; the CPU where no GPU): both
+    """bench/probes/torch_knob_probe.py's self-check (two small plain-torch models; the CPU where no GPU): both
     models finish, every named-mode draw and variant is timed or reported, and the table names each model."""
     if not has_torch():
         pytest.skip("torch is not installed")
     out_dir = tmp_path / "kp"
-    out = bench("torch_knob_probe.py", "--tiny", "--budget", "240", "--rounds", "2", "--iters", "3", "--out",
+    out = bench("probes/torch_knob_probe.py", "--tiny", "--budget", "240", "--rounds", "2", "--iters", "3", "--out",
                 str(out_dir), cwd=tmp_path, timeout=420)
     table = (out_dir / "knobprobe-table.md").read_text()
     for model in ("tiny-cnn", "tiny-attn"):

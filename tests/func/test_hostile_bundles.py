@@ -3,8 +3,7 @@ no traceback, a message naming the file, and the project byte for byte unchanged
 before and after: cache, lockfile, engines, blobs).
 
 Most cases go through the CLI in process (CliRunner, the same `cache import` / `cache pull` code path);
-the first case of every class also runs the real `trt-routes` executable in a subprocess. The figures
-for RESULTS.md come from ``test_corpus_figures`` (tried / clean / tracebacks / wrote / accepted)."""
+the first case of every class also runs the real `trt-routes` executable in a subprocess."""
 
 from __future__ import annotations
 
@@ -535,21 +534,8 @@ def _flat(text: str) -> str:
     return "".join(text.split())
 
 
-FIGURES: dict[str, dict[str, int]] = {}
-
-
-def _record(kind: str, outcome: Outcome, named: bool) -> None:
-    f = FIGURES.setdefault(kind, {"tried": 0, "clean": 0, "tracebacks": 0, "wrote": 0, "accepted": 0})
-    f["tried"] += 1
-    f["tracebacks"] += outcome.traceback
-    f["wrote"] += outcome.wrote
-    f["accepted"] += outcome.code == 0
-    f["clean"] += outcome.code != 0 and not outcome.traceback and not outcome.wrote and named
-
-
 def _check(outcome: Outcome, named: str, kind: str) -> None:
     ok_name = _flat(named) in _flat(outcome.output)
-    _record(kind, outcome, ok_name)
     assert outcome.code != 0, outcome.output
     assert not outcome.traceback, outcome.output
     assert ok_name, f"{named} not named in: {outcome.output}"
@@ -604,7 +590,3 @@ def test_control_the_unforged_base_imports(base: tuple[Path, Base], tmp_path: Pa
     assert code == 0 and not tb and "merged 1 new segment" in out, out
 
 
-def test_corpus_figures(request: pytest.FixtureRequest) -> None:
-    """Prints tried / clean / tracebacks / wrote / accepted per kind (run after the corpus: -p no:randomly)."""
-    for kind, f in sorted(FIGURES.items()):
-        print(f"hostile {kind}: " + ", ".join(f"{k} {v}" for k, v in f.items()))

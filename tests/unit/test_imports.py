@@ -18,7 +18,7 @@ import pytest
 from _paths import REPO
 
 PACKAGE = REPO / "trt_routes"
-BENCH = sorted((REPO / "bench").glob("*.py"))
+BENCH = sorted([*(REPO / "bench").glob("*.py"), *(REPO / "bench" / "probes").glob("*.py")])
 #: optional heavy libraries: trt_routes imports them only where a backend or executor needs them
 HEAVY = ("torch", "tensorrt", "ray", "cuda")
 

@@ -7,6 +7,7 @@ folder imports nothing else from trt_routes."""
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -23,4 +24,6 @@ def quickstart_manifest() -> Path:
 
 def recipe_files() -> list[Path]:
     """Every file of the packaged recipes (``recipes/<name>/...``), sorted."""
-    return sorted(p for p in (root() / "recipes").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    found = [Path(folder) / name for folder, _, names in os.walk(root() / "recipes", followlinks=True)
+             for name in names]  # followlinks: in the source tree each recipe is a link
+    return sorted(p for p in found if p.is_file() and "__pycache__" not in p.parts)

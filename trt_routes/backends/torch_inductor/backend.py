@@ -413,10 +413,10 @@ class TorchInductorBackend(Backend):
                      bool(options.get("channels_last")))
             self._jit = {**self._jit, key: entry} if beside else {key: entry}
         compiled, cudagraphs, layout = self._jit[key]
-        import torch._dynamo
+        import torch._dynamo as dynamo
 
         runner = TorchRunner(compiled, device, settings["dtype"], step_marker=cudagraphs,
-                             guard=lambda: torch._dynamo.config.patch(error_on_recompile=True), channels_last=layout)
+                             guard=lambda: dynamo.config.patch(error_on_recompile=True), channels_last=layout)
         runner.compile_cache = self._restored.get(key, {"restored": False, "built_here": True})
         self._live.add(runner)
         return runner

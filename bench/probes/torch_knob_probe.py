@@ -73,7 +73,7 @@ at the compile deadline), so no autotuning shares the GPU or the cores with any 
 lowers the helpers' CPU priority so the cheap compiles are not slowed by them. The fourth call
 (2026-12-02, the settings the third call cut)::
 
-    python bench/torch_knob_probe.py --plan extra --helper-nice 10 --only reduce-overhead#2 reduce-overhead#3 \
+    python bench/probes/torch_knob_probe.py --plan extra --helper-nice 10 --only reduce-overhead#2 reduce-overhead#3 \
         persistent max_fusion_size_256 cublaslt+fp16 bert-base/=ro+fp16_accum bert-base/pad_outputs \
         bert-base/force_shape_pad gpt2/force_shape_pad bert-base/=max-autotune bert-base/exhaustive --out $OUT
 
@@ -87,11 +87,11 @@ stopped as soon as the compile deadline has passed (their model's process has st
 Output: ``knobprobe-<model>.json`` per model (rewritten after every round, so a cut run keeps what it has)
 and ``knobprobe-table.md`` under ``--out``; the table is printed too.
 
-    python bench/torch_knob_probe.py --budget 560 --out $OUT          # the H200 run (five models)
-    python bench/torch_knob_probe.py --tiny --budget 240 --out /tmp/kp  # self-check: small plain-torch models
+    python bench/probes/torch_knob_probe.py --budget 560 --out $OUT          # the H200 run (five models)
+    python bench/probes/torch_knob_probe.py --tiny --budget 240 --out /tmp/kp  # self-check: small plain-torch models
                                                                        # (CPU where no GPU)
-    python bench/torch_knob_probe.py --plan extra --budget 555 --out $OUT  # the third H200 call (transformers)
-    python bench/torch_knob_probe.py --plan extra --tiny --models tiny-attn --budget 300 --out /tmp/kpx
+    python bench/probes/torch_knob_probe.py --plan extra --budget 555 --out $OUT  # the third H200 call (transformers)
+    python bench/probes/torch_knob_probe.py --plan extra --tiny --models tiny-attn --budget 300 --out /tmp/kpx
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "torch-gpu" / "modes"
 CNNS = ("convnext-tiny", "resnet50", "tiny-cnn")
 # max-autotune compile seconds seen on the H200 with five models compiling side by side (bench/RESULTS.md)

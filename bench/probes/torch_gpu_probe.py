@@ -1,8 +1,8 @@
 """Where AOTInductor fails on a GPU machine: each step in a fresh process with faulthandler on, so a
 segfault names the Python frame it happened under.
 
-    python bench/torch_gpu_probe.py                  # raw torch AOTI, the backend's build/load/run, jit then aot
-    python bench/torch_gpu_probe.py --load-variants  # legacy aot_load, single-threaded loader, bare .so runner
+    python bench/probes/torch_gpu_probe.py                  # raw torch AOTI, the backend's build/load/run, jit then aot
+    python bench/probes/torch_gpu_probe.py --load-variants  # legacy aot_load, single-threaded loader, bare .so runner
 """
 
 from __future__ import annotations
