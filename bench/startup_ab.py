@@ -12,8 +12,8 @@ exists, else ``cli.app``). The memo is primed once per tree by an untimed apply,
 project. Workloads:
 
 * ``quickstart``: the repo's tuning.yaml and recipes/quickstart (ONNX Runtime, CPU);
-* ``resnet18``: torchvision's ResNet-18 exported with ``torch.onnx.export`` (bs1), 16 routes in ``fast`` mode
-  (needs torch and torchvision; skipped without them).
+* ``convnet``: a ResNet-style CNN exported with ``torch.onnx.export`` (bs4, 112x112), ~16 routes in ``fast``
+  mode (needs torch; skipped without it).
 
 Prints a table (median wall per tree, NEW/OLD, the saving as a share of OLD's wall) and, as its last line,
 ``max_saving_share=X.XXX``. Run: python bench/startup_ab.py --old /path/to/old/tree [--new .] [--rounds 3]"""
@@ -60,16 +60,30 @@ def _quickstart(dest: Path) -> Path:
     return dest / "tuning.yaml"
 
 
-def _resnet18(models: Path) -> object:
+def _convnet(models: Path) -> object:
+    """A ResNet-style CNN (six residual conv blocks, 112x112 input) exported with ``torch.onnx.export``; None
+    without torch."""
     try:
         import torch
-        import torchvision
+        from torch import nn
     except ImportError:
         return None
-    path = models / "resnet18.onnx"
+    path = models / "convnet.onnx"
     if not path.exists():
-        model = torchvision.models.resnet18(weights=None).eval()
-        torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), str(path), input_names=["input"],
+        class Block(nn.Module):
+            def __init__(self, c: int) -> None:
+                super().__init__()
+                self.a, self.b = nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1)
+                self.na, self.nb = nn.BatchNorm2d(c), nn.BatchNorm2d(c)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.relu(x + self.nb(self.b(torch.relu(self.na(self.a(x))))))
+
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(), *(Block(32) for _ in range(3)),
+                              nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(), *(Block(64) for _ in range(3)),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).eval()
+        torch.onnx.export(model, (torch.randn(4, 3, 112, 112),), str(path), input_names=["input"],
                           output_names=["logits"], dynamo=False)
 
     def write(dest: Path) -> Path:
@@ -82,7 +96,7 @@ def _resnet18(models: Path) -> object:
             "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 1e-4}]}},
             "defaults": {"backend": "onnxruntime", "targets": ["cpu"], "switch_group": "g", "strategy": "s",
                          "tolerance": "t"},
-            "models": {"resnet18": {"path": str(path), "shapes": {"bs1": {"input": [1, 3, 224, 224]}}}},
+            "models": {"convnet": {"path": str(path), "shapes": {"bs4": {"input": [4, 3, 112, 112]}}}},
         }
         (dest / "tuning.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
         return dest / "tuning.yaml"
@@ -107,16 +121,16 @@ def main() -> None:
     parser.add_argument("--old", type=Path, required=True, help="the code tree with the speculation")
     parser.add_argument("--new", type=Path, default=ROOT, help="the code tree without it (default: this one)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["quickstart", "resnet18"], default=None)
+    parser.add_argument("--only", choices=["quickstart", "convnet"], default=None)
     args = parser.parse_args()
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     with tempfile.TemporaryDirectory(prefix="startup-ab-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "models").mkdir()
         workloads = {"quickstart": _quickstart}
-        resnet = _resnet18(tmp / "models")
-        if resnet is not None:
-            workloads["resnet18"] = resnet  # type: ignore[assignment]
+        convnet = _convnet(tmp / "models")
+        if convnet is not None:
+            workloads["convnet"] = convnet  # type: ignore[assignment]
         if args.only:
             workloads = {args.only: workloads[args.only]}
         shares = []
