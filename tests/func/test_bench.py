@@ -339,3 +339,14 @@ def test_torch_knob_probe_tiny_runs_every_variant_and_writes_its_table(tmp_path:
         statuses = [v["status"] for v in variants.values()]
         assert all(s == "ok" or s.startswith(("failed", "cut", "skipped")) for s in statuses), statuses
         assert model in table and model in out
+
+
+@pytest.mark.slow
+def test_startup_ab_compares_two_trees_on_the_quickstart(tmp_path: Path) -> None:
+    """bench/startup_ab.py, A/A (this tree against itself), one round of the quickstart: a row per workload and
+    the last line the largest share saved."""
+    out = bench("startup_ab.py", "--old", str(REPO), "--new", str(REPO), "--rounds", "1", "--only", "quickstart",
+                cwd=tmp_path, timeout=600)
+    rows = [line.split() for line in out.splitlines() if line.startswith("quickstart ")]
+    assert len(rows) == 1 and float(rows[0][1]) > 0 and float(rows[0][2]) > 0, out
+    assert re.fullmatch(r"max_saving_share=-?\d+\.\d{3}", out.splitlines()[-1]), out
