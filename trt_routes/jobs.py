@@ -151,7 +151,7 @@ class Job:
     def build_spec(self, route: dict[str, str], work_dir: str = "") -> BuildSpec:
         return BuildSpec(model_path=str(self.model_path), route=route, profile=self.profile,
                          settings=dict(self.settings), target=self.target_data, work_dir=work_dir,
-                         entry=self.entry, inputs=self.inputs)
+                         entry=self.entry, inputs=self.inputs, shape=self.shape)
 
     @property
     def l0_params(self) -> tuple[tuple[float, float], ...]:
