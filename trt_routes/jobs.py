@@ -305,6 +305,23 @@ class Resolver:
         except (RouteError, SettingError) as exc:
             raise self.loaded.error(where, f"model '{mname}': baseline: {exc.message}", exc.hint) from exc
 
+    def check_full_size(self, strategy_name: str, strategy: Strategy, group: str,
+                        expression: Expression | None) -> None:
+        """Mode ``full`` without a budget over more than ``FULL_LIMIT`` routes cannot finish: refused here,
+        pointing at the strategy, with the route count."""
+        from trt_routes.search.strategies import FULL_LIMIT, product_size
+
+        if expression is None or strategy.mode != "full" or strategy.max_builds or strategy.max_minutes:
+            return
+        size = product_size(expression.varied)
+        if size > FULL_LIMIT:
+            where: tuple[str, ...] = ("strategies", strategy_name) if strategy_name in \
+                self.loaded.manifest.strategies else ("switch_groups", group)
+            raise self.loaded.error(
+                where, f"strategy '{strategy_name}' (mode full) would build every one of {size:.3g} routes of "
+                f"switch group '{group}' (more than {FULL_LIMIT:,})",
+                "set max_builds or max_minutes on the strategy, or use mode adaptive (it fits its budget)")
+
     def expression(self, group: str, catalog: Catalog, model: str) -> Expression:
         key = (group, catalog.backend)
         if key not in self._expressions:
@@ -351,6 +368,7 @@ class Resolver:
             catalog = backend.catalog() if isinstance(backend, Backend) else None
             expression = (self.expression(eff.switch_group or "", catalog, mname)
                           if catalog is not None else None)
+            self.check_full_size(strategy_name, strategy, eff.switch_group or "", expression)
             for sname, shapes in model.shapes.items():
                 profile = _profile(shapes)
                 inputs = {
