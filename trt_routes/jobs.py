@@ -8,6 +8,7 @@ __all__ = ["Job", "find_job", "resolve_jobs"]
 
 import difflib
 import fnmatch
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,10 @@ from trt_routes.signature import Environment, Signature, job_signature
 #: ``absent``: the target's hardware is not on this machine (skipped, other machines run it);
 #: ``invalid``: something in the manifest or its files must be fixed first.
 BLOCK_KINDS = ("unavailable", "absent", "invalid")
+
+
+#: Mode ``full`` without max_builds or max_minutes over more routes than this is refused (``check_full_size``).
+FULL_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -309,11 +314,9 @@ class Resolver:
                         expression: Expression | None) -> None:
         """Mode ``full`` without a budget over more than ``FULL_LIMIT`` routes cannot finish: refused here,
         pointing at the strategy, with the route count."""
-        from trt_routes.search.strategies import FULL_LIMIT, product_size
-
         if expression is None or strategy.mode != "full" or strategy.max_builds or strategy.max_minutes:
             return
-        size = product_size(expression.varied)
+        size = math.prod(len(t.values) for t in expression.varied)
         if size > FULL_LIMIT:
             where: tuple[str, ...] = ("strategies", strategy_name) if strategy_name in \
                 self.loaded.manifest.strategies else ("switch_groups", group)

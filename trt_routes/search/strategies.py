@@ -20,8 +20,6 @@ from trt_routes.search.base import Outcome, Search, unique
 
 #: Products up to this many routes are listed whole (and the strategy is static); larger ones lazily.
 LIST_LIMIT = 20_000
-#: Mode ``full`` without a budget over more routes than this is refused when the manifest is read.
-FULL_LIMIT = 1_000_000
 #: Unmeasured routes of a lazily walked product listed at a time.
 CHUNK = 1024
 
