@@ -1,12 +1,12 @@
 """Group screening for ``adaptive`` when ``max_builds`` cannot pay for a one-knob scan (issue 30).
 
 Units are (knob, value) changes to the centre route (the best of the baseline and the warm-start routes).
-They are screened in groups, several units per build, sized so that screening takes about half the budget;
-a group that is faster than the centre beyond the noise, or much slower, or fails (crash, build error, accuracy
-gate) is split in two (bisection, as in sequential bifurcation), faster groups first; a unit alone that is
-faster is positive. What is left of the budget, at least a quarter of it, is kept for combining the positives
-and a descent over them (``AdaptiveSearch``). Every round's routes are proposed together, so they can build
-side by side.
+They are screened in groups, several units per build, sized so that the first level takes 60% of the budget;
+a group that fails (crash, build error, accuracy gate) or is much slower than the centre is split in two first
+(its halves are screened cleanly), then a group faster than the centre beyond the noise (bisection, as in
+sequential bifurcation); a unit alone that is faster is positive, and a faster group the budget cannot split
+is combined whole. A fifth of the budget is kept for combining the positives and a descent over them
+(``AdaptiveSearch``). Every round's routes are proposed together, so they can build side by side.
 
 Pure: the whole tree is replayed from the outcomes known so far."""
 
@@ -22,9 +22,9 @@ from trt_routes.search.base import Outcome
 #: A group this much slower than the centre is split (a gain may hide behind a loss).
 SLOW_SPLIT = 0.05
 #: Share of the budget kept for combining and the descent.
-RESERVE = 0.25
+RESERVE = 0.2
 #: Share of the budget the first level of groups may take.
-FIRST_LEVEL = 0.45
+FIRST_LEVEL = 0.6
 
 Unit = tuple[str, str]
 
@@ -95,14 +95,15 @@ class GroupScreen:
                 elif len(group) > 1 and (not outcome.ok or (g is not None and g < -SLOW_SPLIT)):
                     other.append((-(g or -1.0), group))  # failures and the slowest last
             nxt: list[list[Unit]] = []
-            for g, group in sorted(faster, key=lambda p: -p[0]):
+            # failed and much slower groups are split first: their halves are units not screened cleanly yet;
+            # a faster group left whole is combined whole (its gain is kept, its slower units too)
+            ranked = [(False, g, grp) for g, grp in sorted(other, key=lambda p: p[0])] + \
+                [(True, g, grp) for g, grp in sorted(faster, key=lambda p: -p[0])]
+            for is_faster, g, group in ranked:
                 if used + len(nxt) + 2 > limit:
-                    positives.append((g, group))  # no builds left to split it: combined whole
+                    if is_faster:
+                        positives.append((g, group))  # no builds left to split it: combined whole
                     continue
-                nxt.extend([group[: len(group) // 2], group[len(group) // 2:]])
-            for _, group in sorted(other, key=lambda p: p[0]):
-                if used + len(nxt) + 2 > limit:
-                    break
                 nxt.extend([group[: len(group) // 2], group[len(group) // 2:]])
             frontier = nxt
         return proposed, [u for _, u in sorted(positives, key=lambda p: -p[0])], False
