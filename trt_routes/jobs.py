@@ -8,6 +8,7 @@ __all__ = ["Job", "find_job", "resolve_jobs"]
 
 import difflib
 import fnmatch
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,10 @@ from trt_routes.signature import Environment, Signature, job_signature
 #: ``absent``: the target's hardware is not on this machine (skipped, other machines run it);
 #: ``invalid``: something in the manifest or its files must be fixed first.
 BLOCK_KINDS = ("unavailable", "absent", "invalid")
+
+
+#: Mode ``full`` without max_builds or max_minutes over more routes than this is refused (``check_full_size``).
+FULL_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ class Job:
     def build_spec(self, route: dict[str, str], work_dir: str = "") -> BuildSpec:
         return BuildSpec(model_path=str(self.model_path), route=route, profile=self.profile,
                          settings=dict(self.settings), target=self.target_data, work_dir=work_dir,
-                         entry=self.entry, inputs=self.inputs)
+                         entry=self.entry, inputs=self.inputs, shape=self.shape)
 
     @property
     def l0_params(self) -> tuple[tuple[float, float], ...]:
@@ -305,6 +310,21 @@ class Resolver:
         except (RouteError, SettingError) as exc:
             raise self.loaded.error(where, f"model '{mname}': baseline: {exc.message}", exc.hint) from exc
 
+    def check_full_size(self, strategy_name: str, strategy: Strategy, group: str,
+                        expression: Expression | None) -> None:
+        """Mode ``full`` without a budget over more than ``FULL_LIMIT`` routes cannot finish: refused here,
+        pointing at the strategy, with the route count."""
+        if expression is None or strategy.mode != "full" or strategy.max_builds or strategy.max_minutes:
+            return
+        size = math.prod(len(t.values) for t in expression.varied)
+        if size > FULL_LIMIT:
+            where: tuple[str, ...] = ("strategies", strategy_name) if strategy_name in \
+                self.loaded.manifest.strategies else ("switch_groups", group)
+            raise self.loaded.error(
+                where, f"strategy '{strategy_name}' (mode full) would build every one of {size:.3g} routes of "
+                f"switch group '{group}' (more than {FULL_LIMIT:,})",
+                "set max_builds or max_minutes on the strategy, or use mode adaptive (it fits its budget)")
+
     def expression(self, group: str, catalog: Catalog, model: str) -> Expression:
         key = (group, catalog.backend)
         if key not in self._expressions:
@@ -351,6 +371,7 @@ class Resolver:
             catalog = backend.catalog() if isinstance(backend, Backend) else None
             expression = (self.expression(eff.switch_group or "", catalog, mname)
                           if catalog is not None else None)
+            self.check_full_size(strategy_name, strategy, eff.switch_group or "", expression)
             for sname, shapes in model.shapes.items():
                 profile = _profile(shapes)
                 inputs = {

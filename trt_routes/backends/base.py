@@ -44,6 +44,8 @@ class BuildSpec:
     entry: str = ""
     #: Input generation specs by name: {"dtype", "low", "high", "shape"} (the manifest's ``inputs``).
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The job's shape profile name (``models.<m>.shapes.<name>``); "" where there is none.
+    shape: str = ""
 
     @property
     def opt_shapes(self) -> dict[str, list[int]]:

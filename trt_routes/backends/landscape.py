@@ -8,7 +8,7 @@ next) show up as differences between re-measurements, as they do on real hardwar
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "Landscape", "LandscapeRoute", "dump", "load", "route_seed", "validate"]
+__all__ = ["SCHEMA", "Landscape", "LandscapeRoute", "dump", "load", "load_any", "route_seed", "validate"]
 
 import json
 import math
@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trt_routes import canonical as canon
+from trt_routes.backends.landscape_model import ModelLandscape, validate_model
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError, UsageError
 from trt_routes.routes import canonical, parse_route
@@ -219,7 +220,16 @@ def validate(data: Mapping[str, Any], source: str = "<memory>") -> Landscape:
 
 
 def load(path: Path | str) -> Landscape:
-    """Read and validate a landscape file."""
+    """Read and validate a ``landscape@1`` file."""
+    land = load_any(path)
+    if not isinstance(land, Landscape):
+        raise UsageError(f"{path}: a {land.data.format} file where a {SCHEMA} file (every route listed) is needed")
+    return land
+
+
+def load_any(path: Path | str) -> Landscape | ModelLandscape:
+    """Read and validate a landscape file of either format: ``landscape@1`` (recorded routes) or
+    ``landscape@2`` (a generative model, ``trt_routes.backends.landscape_model``)."""
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -229,6 +239,8 @@ def load(path: Path | str) -> Landscape:
         raise UsageError(f"{p}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{p}: a landscape file holds one JSON object")
+    if "format" in data and "schema" not in data:
+        return validate_model(data, str(p))
     return validate(data, str(p))
 
 

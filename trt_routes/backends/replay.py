@@ -1,11 +1,13 @@
 """The ``replay`` backend: serves builds and measurements from a recorded landscape file, no hardware.
 
-Set ``TRT_ROUTES_LANDSCAPE`` to a ``trt-routes/landscape@1`` file (``trt_routes.backends.landscape``); its knobs are
-the catalog. Point the model's ``path`` at the same file, so the model digest changes with it. A route's
+Set ``TRT_ROUTES_LANDSCAPE`` to a ``trt-routes/landscape@1`` file (``trt_routes.backends.landscape``) or a
+generative ``trt-routes/landscape@2`` file (``trt_routes.backends.landscape_model``); its knobs are the catalog.
+Point the model's ``path`` at the same file, so the model digest changes with it. A route's
 recorded status is replayed: ``build-error`` raises, ``crashed`` (and any route absent from the file)
 kills the worker, ``timeout`` hangs until the trial's time limit, ``accuracy-failed`` returns NaN outputs.
-Timing samples are drawn as seeded blocks of recorded samples: build setting ``replay_seed`` (default 0)
-picks the world, so one seed always gives the same trials."""
+Timing samples are drawn as seeded blocks of recorded samples (@1) or from the model (@2, the profile named
+like the job's shape profile): build setting ``replay_seed`` (default 0) picks the world, so one seed always
+gives the same trials."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trt_routes.backends.base import Backend, BuildSpec, Feeds
-from trt_routes.backends.landscape import Landscape, LandscapeRoute, load, route_seed
+from trt_routes.backends.landscape import Landscape, LandscapeRoute, load_any, route_seed
+from trt_routes.backends.landscape_model import ModelLandscape
 from trt_routes.catalog import Catalog
 from trt_routes.errors import TrtRoutesError
 
@@ -100,6 +103,27 @@ class ReplayRunner:
         return [float(samples[(s + i) % n]) for s in starts for i in range(iterations)]
 
 
+class ModelRunner:
+    """A "loaded engine" of one route of a ``landscape@2``: reference outputs (NaN when accuracy-failed),
+    samples drawn from the model, anew per call, deterministically per (seed, route, profile, call)."""
+
+    def __init__(self, land: ModelLandscape, route: str, profile: str, seed: int) -> None:
+        self.land, self.route, self.profile, self.seed = land, route, profile, seed
+        self.failed = land.status(route) == "accuracy-failed"
+        self.calls = 0
+
+    def run(self, feeds: Feeds) -> Feeds:
+        return {OUTPUT: np.full(_SIZE, np.nan) if self.failed else reference_output()}
+
+    def facts(self) -> dict[str, float]:
+        return {}
+
+    def time(self, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
+        self.calls += 1
+        rng = np.random.default_rng(route_seed(self.seed, self.route, self.profile, iterations, repeats, self.calls))
+        return self.land.samples(self.route, self.profile, iterations, repeats, rng)
+
+
 class ReplayBackend(Backend):
     """Replays a landscape file (see the module docstring)."""
 
@@ -108,19 +132,19 @@ class ReplayBackend(Backend):
     install_hint: ClassVar[str] = f"set {ENV_VAR}=path/to/landscape.json (a trt-routes/landscape@1 file)"
 
     def __init__(self) -> None:
-        self._landscapes: dict[str, Landscape] = {}
+        self._landscapes: dict[str, Landscape | ModelLandscape] = {}
 
-    def landscape(self, path: str | None = None) -> Landscape:
+    def landscape(self, path: str | None = None) -> Landscape | ModelLandscape:
         """The landscape at ``path`` (default: ``$TRT_ROUTES_LANDSCAPE``), read once per process."""
         path = path or os.environ.get(ENV_VAR, "")
         if not path:
             raise TrtRoutesError(f"the replay backend needs {ENV_VAR}", self.install_hint)
         key = os.path.abspath(path)
         if key not in self._landscapes:
-            self._landscapes[key] = load(key)
+            self._landscapes[key] = load_any(key)
         return self._landscapes[key]
 
-    def _for(self, spec: BuildSpec) -> Landscape:
+    def _for(self, spec: BuildSpec) -> Landscape | ModelLandscape:
         if spec.model_path.endswith(".json"):
             return self.landscape(spec.model_path)
         return self.landscape()
@@ -138,7 +162,10 @@ class ReplayBackend(Backend):
 
     def reported_facts(self, target: Mapping[str, Any]) -> frozenset[str]:
         """The facts the landscape records for every ok route (replayed wherever it runs)."""
-        ok = [r for r in self.landscape().routes.values() if r.status == "ok"]
+        land = self.landscape()
+        if isinstance(land, ModelLandscape):
+            return frozenset()
+        ok = [r for r in land.routes.values() if r.status == "ok"]
         return frozenset.intersection(*(frozenset(r.facts) for r in ok)) if ok else frozenset()
 
     def presets(self) -> tuple[str, ...]:
@@ -166,23 +193,33 @@ class ReplayBackend(Backend):
     def build(self, spec: BuildSpec, engine_path: Path) -> str:
         land = self._for(spec)
         route = _route_text(spec.route)
-        recorded = land.get(route)
-        if recorded is None or recorded.status == "crashed":
+        if isinstance(land, ModelLandscape):
+            status = land.status(spec.route)
+            profile = land.profile_name(spec.shape)
+            build_s = land.data.profiles[profile].build_s
+        else:
+            recorded = land.get(route)
+            status = "crashed" if recorded is None else recorded.status
+            build_s = recorded.build_s if recorded is not None else 0.0
+        if status == "crashed":
             os._exit(70)  # a crashed build: the worker dies, the coordinator records it
-        if recorded.status == "timeout":
+        if status == "timeout":
             time.sleep(10**6)
-        if recorded.status == "build-error":
+        if status == "build-error":
             raise RuntimeError(f"recorded build error for route '{route}'")
         Path(engine_path).write_text(json.dumps({"landscape": land.digest, "route": route}), encoding="utf-8")
-        return f"replay: route '{route}' from {land.source} (recorded build {recorded.build_s:.3g} s)\n"
+        return f"replay: route '{route}' from {land.source} (recorded build {build_s:.3g} s)\n"
 
-    def load(self, engine_path: Path, spec: BuildSpec) -> ReplayRunner:
+    def load(self, engine_path: Path, spec: BuildSpec) -> ReplayRunner | ModelRunner:
         land = self._for(spec)
         route = json.loads(Path(engine_path).read_text(encoding="utf-8"))["route"]
+        seed = int(spec.settings.get("replay_seed", 0))
+        if isinstance(land, ModelLandscape):
+            return ModelRunner(land, route, land.profile_name(spec.shape), seed)
         recorded = land.get(route)
         if recorded is None:
             raise RuntimeError(f"route '{route}' is not in {land.source}")
-        return ReplayRunner(recorded, int(spec.settings.get("replay_seed", 0)))
+        return ReplayRunner(recorded, seed)
 
     def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
         return {OUTPUT: reference_output()}
@@ -192,4 +229,7 @@ class ReplayBackend(Backend):
 
     def describe(self) -> dict[str, Any]:
         land = self.landscape()
+        if isinstance(land, ModelLandscape):
+            return {"source": land.source, "format": land.data.format, "knobs": len(land.data.knobs),
+                    "digest": land.digest}
         return {"source": land.source, "routes": len(land.routes), "digest": land.digest}

@@ -9,18 +9,24 @@ after a crash and gives the same proposals in ``plan`` and ``apply``. Budgets ar
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 
 from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError
 from trt_routes.routes import Expression, route_dict
 from trt_routes.search.base import Outcome, Search, unique
+from trt_routes.search.screening import RESERVE, GroupScreen, Unit
 from trt_routes.search.strategies import FastSearch, _Routes
 
 #: Coordinate-descent moves at most (a guard; every move strictly lowers the incumbent's median).
 MAX_MOVES = 32
 #: Re-screenings of the other knobs around the incumbent (each costs one build per value).
 SWEEPS = 1
+#: Screening routes (baseline, warm and one-knob) from which a budget too small for them screens in groups.
+GROUPED_MIN = 16
+#: One-knob outcomes needed before the screening reference pools them with the baseline.
+POOL_MIN = 12
 
 
 def relative_noise(outcome: Outcome) -> float:
@@ -55,9 +61,11 @@ class AdaptiveSearch(Search):
     # proposed before deciding anything, and what it proposes follows from earlier steps alone
     keeps_proposals = True
 
-    def __init__(self, expr: Expression, catalog: Catalog, warm: Iterable[str] = (), min_gain: float = 0.01) -> None:
+    def __init__(self, expr: Expression, catalog: Catalog, warm: Iterable[str] = (), min_gain: float = 0.01,
+                 budget: int | None = None) -> None:
         self._routes = _Routes(expr, catalog)
         self.min_gain = min_gain
+        self.budget = budget
         screen = FastSearch(expr, catalog)
         self.baseline = screen.baseline
         self.varied = {t.option: t for t in self._routes.varied}
@@ -71,6 +79,11 @@ class AdaptiveSearch(Search):
         #: ``max_minutes`` budget screens as many knobs as it can before the autotuning ones
         screening = sorted(screen.routes, key=lambda r: catalog.route_cost(route_dict(r)))
         self.phase1 = unique([self.baseline, *self.warm, *screening])
+        #: ``max_builds`` cannot pay for the one-knob scan and leave a quarter for combining: screen in groups
+        #: (and the group is large enough for groups to save builds: small groups keep the one-knob scan)
+        self.grouped = budget is not None and len(self.phase1) >= GROUPED_MIN and \
+            len(self.phase1) > budget * (1 - RESERVE)
+        self._screens: dict[str, GroupScreen] = {}
 
     def project(self, route: str) -> str | None:
         """``route`` restricted to this expression's varied knobs and values (pinned knobs as pinned)."""
@@ -87,10 +100,27 @@ class AdaptiveSearch(Search):
     def _assign(self, route: str) -> dict[str, str]:
         return {k: v for k, v in route_dict(route).items() if k in self.varied}
 
+    def reference(self, known: Mapping[str, Outcome]) -> Outcome | None:
+        """What one-knob routes are screened against: the baseline, or, once ``POOL_MIN`` one-knob routes are
+        measured, the lower of the baseline's median and the median of the baseline's and theirs (most knobs
+        change nothing, so the pool is the default's time again), so one slow draw of the baseline cannot make
+        many knobs "positive". The baseline's relative interval is kept."""
+        base = known.get(self.baseline)
+        if base is None or not base.ok or base.median_ms is None:
+            return base
+        medians = [o.median_ms for pairs in self.one_knob.values() for _, r in pairs
+                   if (o := known.get(r)) is not None and o.ok and o.median_ms is not None]
+        if len(medians) < POOL_MIN:
+            return base
+        pooled = min(base.median_ms, statistics.median([base.median_ms, *medians]))
+        scale = pooled / base.median_ms
+        return Outcome(True, pooled, base.ci_low * scale if base.ci_low is not None else None,
+                       base.ci_high * scale if base.ci_high is not None else None, base.build_s)
+
     def positives(self, known: Mapping[str, Outcome]) -> dict[str, list[str]]:
         """Positive knobs (best gain first) -> their positive values (best first). With a failed baseline,
         every value whose one-knob route is ok counts (ranked by median)."""
-        base = known.get(self.baseline)
+        base = self.reference(known)
         scored: list[tuple[float, str, list[str]]] = []
         for option, pairs in self.one_knob.items():
             values: list[tuple[float, str]] = []
@@ -119,6 +149,8 @@ class AdaptiveSearch(Search):
         """Screening; the positives combined; coordinate descent over the positives; then re-screening of
         the other knobs around the incumbent (a strong knob can change what the others do: CUDA graphs
         remove launch noise that hid a kernel knob's gain), which adds knobs to the descent."""
+        if self.grouped:
+            return self._grouped(known)
         cands = list(self.phase1)
         if any(r not in known for r in self.phase1):
             return cands
@@ -202,7 +234,67 @@ class AdaptiveSearch(Search):
                     out.append(route)
         return unique(out)
 
+    def _grouped(self, known: Mapping[str, Outcome]) -> list[str]:
+        """Group screening around the centre (the best of the baseline and the warm routes), then the positive
+        blocks combined, then a descent that adds or drops one block at a time (``trt_routes.search.screening``)."""
+        assert self.budget is not None
+        start = unique([self.baseline, *self.warm])
+        if any(r not in known for r in start):
+            return start
+        centre = self._best(start, known) or self.baseline
+        screen = self._screen(centre)
+        proposed, blocks, waiting = screen.run(known[centre], known, len(start))
+        cands = unique([*start, *proposed])
+        if waiting or not blocks:
+            return cands
+        base = self._assign(centre)
+
+        def with_blocks(chosen: Sequence[list[Unit]]) -> str:
+            assign = dict(base)
+            for block in reversed(chosen):  # the best block's value wins a knob two blocks change
+                assign.update(block)
+            return self._routes.route(assign)
+
+        chosen = list(blocks)
+        incumbent = with_blocks(chosen)
+        cands = unique([*cands, incumbent])
+        if incumbent not in known:
+            return cands
+        if not self._improves(incumbent, centre, known):
+            chosen, incumbent = [], centre
+        for _ in range(MAX_MOVES):
+            toggled: dict[str, list[list[Unit]]] = {}  # route -> the blocks chosen after the move
+            for block in blocks:
+                after = [b for b in chosen if b is not block] if block in chosen else [*chosen, block]
+                toggled.setdefault(with_blocks(after), after)
+            toggled.pop(incumbent, None)
+            cands = unique([*cands, *toggled])
+            if any(m not in known for m in toggled):
+                return cands
+            best = self._best(toggled, known)
+            if best is None or not self._improves(best, incumbent, known):
+                break
+            chosen, incumbent = toggled[best], best
+        return cands
+
+    def _screen(self, centre: str) -> GroupScreen:
+        if centre not in self._screens:
+            assign = self._assign(centre)
+            units = [(t.option, v) for t in self._routes.varied for v in t.values
+                     if v != assign.get(t.option, self._default(t.option))]
+            base = dict(assign)
+            self._screens[centre] = GroupScreen(
+                units, self.budget or 0, lambda group: self._routes.route({**base, **dict(group)}),
+                lambda a, b: beats_beyond_noise(a, b, self.min_gain))
+        return self._screens[centre]
+
+    def _default(self, option: str) -> str:
+        knob = self._routes.catalog.get(option)
+        return knob.default if knob is not None else ""
+
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
+        if self.grouped:
+            return None if self.baseline in known else "adaptive: group screening waits for the baseline"
         missing = sum(1 for r in self.phase1 if r not in known)
         if not missing or not any(self.one_knob.values()):
             return None

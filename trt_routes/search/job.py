@@ -184,7 +184,8 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
         warm = ()
     if running and row is None:
         facts.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0)
-    inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain)
+    inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain,
+                          job.strategy.max_builds if job.strategy.mode == "adaptive" else None)
     catalog = job.catalog
     return JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
                      int(row["builds"] or 0) if row else 0,

@@ -1,16 +1,32 @@
 """trtexec's search strategies over a tuning expression: fast, full and mixed; the registry of every
 strategy (``adaptive``, trt-routes' own, lives in ``trt_routes.search.adaptive``).
 
-Pinned tokens apply to every route; routes are canonical, so one equal to the default is ``""``."""
+Pinned tokens apply to every route; routes are canonical, so one equal to the default is ``""``.
+
+A product of more than ``LIST_LIMIT`` routes (``full`` over a large group, ``mixed``'s phase 2 over many positive
+knobs) is never materialized: it is walked lazily in its fixed order, and ``candidates`` lists the routes
+measured so far plus the next ``CHUNK`` unmeasured ones, so a budget cuts it before it is built and
+``plan`` answers at once whatever the group's size."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 
 from trt_routes.catalog import Catalog
 from trt_routes.routes import Expression, Token, canonical
 from trt_routes.search.base import Outcome, Search, unique
+
+#: Products up to this many routes are listed whole (and the strategy is static); larger ones lazily.
+LIST_LIMIT = 20_000
+#: Unmeasured routes of a lazily walked product listed at a time.
+CHUNK = 1024
+
+
+def product_size(tokens: Sequence[Token]) -> int:
+    """How many routes the product of the tokens' lists holds (before duplicates are merged)."""
+    return math.prod(len(t.values) for t in tokens)
 
 
 class _Routes:
@@ -26,11 +42,27 @@ class _Routes:
 
     def product(self, tokens: Sequence[Token]) -> list[str]:
         """The Cartesian product of the tokens' lists, last token varying fastest."""
+        return unique(self.iter_product(tokens))
+
+    def iter_product(self, tokens: Sequence[Token]) -> Iterator[str]:
+        """``product`` as a generator (duplicates not merged)."""
         options = [t.option for t in tokens]
-        return unique(
-            self.route(dict(zip(options, values, strict=True)))
-            for values in itertools.product(*(t.values for t in tokens))
-        )
+        for values in itertools.product(*(t.values for t in tokens)):
+            yield self.route(dict(zip(options, values, strict=True)))
+
+    def lazy_product(self, tokens: Sequence[Token], known: Mapping[str, Outcome], chunk: int = CHUNK) -> list[str]:
+        """The product's routes in order up to the ``chunk``-th one not in ``known``."""
+        out: dict[str, None] = {}
+        unknown = 0
+        for route in self.iter_product(tokens):
+            if route in out:
+                continue
+            out[route] = None
+            if route not in known:
+                unknown += 1
+                if unknown >= chunk:
+                    break
+        return list(out)
 
 
 class FastSearch(Search):
@@ -54,18 +86,22 @@ class FastSearch(Search):
 
 
 class FullSearch(Search):
-    """Every combination of the listed values."""
+    """Every combination of the listed values (walked lazily beyond ``LIST_LIMIT`` routes: not static then)."""
 
     name = "full"
     static = True
     keeps_proposals = True
 
     def __init__(self, expr: Expression, catalog: Catalog) -> None:
-        routes = _Routes(expr, catalog)
-        self.routes = routes.product(routes.varied)
+        self._routes = _Routes(expr, catalog)
+        self.size = product_size(self._routes.varied)
+        self.static = self.size <= LIST_LIMIT
+        self.routes = self._routes.product(self._routes.varied) if self.static else []
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
-        return list(self.routes)
+        if self.static:
+            return list(self.routes)
+        return self._routes.lazy_product(self._routes.varied, known)
 
 
 class MixedSearch(Search):
@@ -90,13 +126,17 @@ class MixedSearch(Search):
         ]
 
     def phase2(self, known: Mapping[str, Outcome]) -> list[str]:
-        """Phase-2 routes (empty until phase 1 is complete, or with fewer than two positive knobs)."""
+        """Phase-2 routes (empty until phase 1 is complete, or with fewer than two positive knobs); a
+        product of more than ``LIST_LIMIT`` routes is walked lazily (``_Routes.lazy_product``)."""
         if self._missing(known):
             return []
         positive = set(self.positives(known))
         if len(positive) < 2:
             return []
-        return self._routes.product([t for t in self._routes.varied if t.option in positive])
+        tokens = [t for t in self._routes.varied if t.option in positive]
+        if product_size(tokens) <= LIST_LIMIT:
+            return self._routes.product(tokens)
+        return self._routes.lazy_product(tokens, known)
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         return unique([*self.phase1.routes, *self.phase2(known)])

@@ -1,0 +1,136 @@
+"""Benchmark (issue 30): ``adaptive`` on TensorRT-shaped 200-knob ``landscape@2`` models under a build budget.
+
+Per seed, ``bench/make_trt_landscapes.make`` gives a model with profiles ``a`` and ``b`` (one network at two
+shapes) and another model on the same GPU. Strategies run through trt-routes' own code: the strategy
+objects under their budget (``JobSearch``), the apply loop's rule (the default route always measured),
+``outcomes`` (the accuracy gate) and ``select`` (no side-by-side confirmation: it adds no build).
+Trials are drawn from the model as the replay backend draws them (seeded per seed, route and count).
+
+- cold: profile ``a``, nothing related known, ``max_builds`` 60 and 120;
+- warm: profile ``b`` with the route cold@120 chose for profile ``a`` as the warm start (same model, another
+  shape), ``max_builds`` 60;
+- other: the other model (profile ``a``) with that same route as its only prior, ``max_builds`` 60;
+- fast@60: trtexec's scan cut at 60 builds (what ``adaptive`` did before group screening).
+
+Regret = the chosen route's true time / the best route the generator's noise-free descent found
+(``header.best``; a failed or gate-failing choice counts as infinite). "within 3%": regret <= 1.03.
+
+Run: python bench/search_scale.py [--seeds 30] [--knobs 200]"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from make_trt_landscapes import make  # noqa: E402
+
+from trt_routes.backends.landscape import route_seed  # noqa: E402
+from trt_routes.backends.landscape_model import ModelLandscape, validate_model  # noqa: E402
+from trt_routes.cache import TrialRecord  # noqa: E402
+from trt_routes.manifest import Check, Tolerance  # noqa: E402
+from trt_routes.measure import timing_stats  # noqa: E402
+from trt_routes.plan import outcomes  # noqa: E402
+from trt_routes.routes import parse_expression  # noqa: E402
+from trt_routes.search import make_search  # noqa: E402
+from trt_routes.search.job import JobSearch  # noqa: E402
+from trt_routes.selection import DEFAULT_ROUTE, select  # noqa: E402
+from trt_routes.signature import cpu_fields  # noqa: E402
+
+TOL = Tolerance(checks=[Check(metric="cos", threshold=1e-4)])
+ITERATIONS, REPEATS = 20, 5
+
+
+def trial(land: ModelLandscape, profile: str, route: str, seed: int, k: int) -> TrialRecord:
+    base: dict[str, Any] = dict(id=route, group_key="g", job="bench", route=route, signature="s", model_digest="m",
+                                shape_key="x", settings_key="y", protocol_key="p", reference_key="r",
+                                backend="replay")
+    status = land.status(route)
+    if status == "accuracy-failed":
+        return TrialRecord(**base, status="ok", median_ms=1.0, losses={"y": {"cos": math.inf}})
+    if status != "ok":
+        return TrialRecord(**base, status=status, error="replayed")
+    rng = np.random.default_rng(route_seed(seed, route, profile, ITERATIONS, REPEATS, k))
+    samples = land.samples(route, profile, ITERATIONS, REPEATS, rng)
+    st = timing_stats(samples, seed=0, resamples=200, block=ITERATIONS)
+    return TrialRecord(**base, status="ok", median_ms=st.median, ci_low=st.ci_low, ci_high=st.ci_high,
+                       mean_ms=st.mean, losses={"y": {"cos": 0.0}})
+
+
+def run(land: ModelLandscape, profile: str, mode: str, budget: int, seed: int, warm: tuple[str, ...] = ()) -> tuple[
+        str | None, int]:
+    """(chosen route, builds) of one search, apply's loop with one worker."""
+    expr = parse_expression(land.expression_text(), land.catalog)
+    inner = make_search(mode, expr, land.catalog, warm=warm, budget=budget if mode == "adaptive" else None)
+    search = JobSearch(inner, warm, frozenset(), budget, None)
+    trials: dict[str, TrialRecord] = {}
+    while True:
+        batch = search.next_batch(outcomes(trials, TOL))
+        if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
+            batch = [DEFAULT_ROUTE, *batch]
+        if not batch:
+            break
+        for route in batch:
+            trials[route] = trial(land, profile, route, seed, 1)
+    cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, TOL))]
+    sel = select(trials, [r for r in dict.fromkeys(cands) if r in trials], TOL)
+    return sel.winner, len(trials)
+
+
+def regret(land: ModelLandscape, profile: str, route: str | None, best_ms: float) -> float:
+    if route is None or land.status(route) != "ok":
+        return math.inf
+    return land.true_ms(route, profile) / best_ms
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=30)
+    ap.add_argument("--knobs", type=int, default=200)
+    args = ap.parse_args()
+    started = time.perf_counter()
+    rows: dict[str, list[tuple[float, int]]] = {}
+    for seed in range(args.seeds):
+        data, other_data = make(seed, args.knobs), make(1000 + seed, args.knobs, related_of=seed)
+        land, other = validate_model(data), validate_model(other_data)
+        best = {p: float(data["header"]["best"][p]["ms"]) for p in ("a", "b")}
+        other_best = float(other_data["header"]["best"]["a"]["ms"])
+        cold: dict[int, str | None] = {}
+        for budget in (60, 120):
+            cold[budget], used = run(land, "a", "adaptive", budget, seed)
+            rows.setdefault(f"cold@{budget}", []).append((regret(land, "a", cold[budget], best["a"]), used))
+        winner, used = run(land, "a", "fast", 60, seed)
+        rows.setdefault("fast@60 (before)", []).append((regret(land, "a", winner, best["a"]), used))
+        prior = (cold[120],) if cold[120] else ()
+        winner, used = run(land, "b", "adaptive", 60, seed, prior)
+        rows.setdefault("warm@60 (same model, other shape)", []).append((regret(land, "b", winner, best["b"]), used))
+        winner, used = run(land, "b", "adaptive", 60, seed)
+        rows.setdefault("cold@60 on the warm rows' profile", []).append((regret(land, "b", winner, best["b"]), used))
+        winner, used = run(other, "a", "adaptive", 60, seed, prior)
+        rows.setdefault("other model@60 (prior: its winner)", []).append((regret(other, "a", winner, other_best), used))
+        winner, used = run(other, "a", "adaptive", 60, seed)
+        rows.setdefault("other model cold@60", []).append((regret(other, "a", winner, other_best), used))
+        print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    print(f"# bench/search_scale.py: {args.seeds} seeds of {args.knobs}-knob TensorRT-shaped landscape@2 models "
+          f"({datetime.date.today().isoformat()}, {cpu_fields()['cpu_model']}, Python {platform.python_version()})")
+    print("| case | builds (mean) | regret median | regret p90 | within 3% |\n|---|---|---|---|---|")
+    for name, vals in rows.items():
+        reg = np.array([r for r, _ in vals])
+        print(f"| {name} | {np.mean([u for _, u in vals]):.1f} | {np.median(reg):.3f} | "
+              f"{np.quantile(reg, 0.9):.3f} | {np.mean(reg <= 1.03):.0%} |")
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

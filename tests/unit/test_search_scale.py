@@ -1,0 +1,83 @@
+"""Plans that always answer (issue 30): no strategy materializes a huge product; ``full`` without a budget over
+a huge group is refused when the manifest is read, with the route count; ``plan`` on a 200-knob group of
+every mode answers (listing a bounded batch)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trt_routes.catalog import Catalog, Knob
+from trt_routes.routes import parse_expression
+from trt_routes.search import Outcome, make_search
+from trt_routes.search.strategies import CHUNK, FullSearch, MixedSearch
+
+N = 60
+CATALOG = Catalog(backend="test", version="1",
+                  knobs=tuple(Knob(f"-k{i:02d}", ("0", "1", "2"), "0") for i in range(N)))
+EXPR = parse_expression(" ".join(f"-k{i:02d}=[0|1|2]" for i in range(N)), CATALOG)
+
+
+def test_full_over_a_huge_group_is_walked_lazily_in_product_order() -> None:
+    search = make_search("full", EXPR, CATALOG)
+    assert isinstance(search, FullSearch) and not search.static and search.size == 3 ** N
+    first = search.next_batch({})
+    assert len(first) == CHUNK and first[0] == "" and first[1] == f"-k{N - 1:02d}=1"  # last knob fastest
+    known = {r: Outcome(ok=True, median_ms=1.0) for r in first[:10]}
+    again = search.candidates(known)
+    assert again[:10] == first[:10] and len(again) == CHUNK + 10
+    assert search.next_batch(known) == [r for r in again if r not in known]
+
+
+def test_mixed_phase_2_over_many_positive_knobs_is_bounded() -> None:
+    search = make_search("mixed", EXPR, CATALOG)
+    assert isinstance(search, MixedSearch)
+    phase1 = search.next_batch({})
+    assert len(phase1) == 1 + 2 * N
+    # every one-knob route beats the default: phase 2 is the product over all N knobs (3^60 routes)
+    known = {r: Outcome(ok=True, median_ms=1.0 if r == "" else 0.9) for r in phase1}
+    batch = search.next_batch(known)
+    assert 0 < len(batch) <= CHUNK and not set(batch) & set(known)
+
+
+def _project(tmp_path: Path, strategy: dict[str, object]) -> Path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from make_trt_landscapes import make
+
+    land = tmp_path / "trt.json"
+    land.write_text(json.dumps(make(3, 200)))
+    group = " ".join(f"{k['option']}=[{'|'.join(k['values'])}]" for k in json.loads(land.read_text())["knobs"])
+    (tmp_path / "tuning.yaml").write_text(
+        "schema_version: 1\n"
+        f"switch_groups: {{g: \"{group}\"}}\n"
+        f"strategies: {{s: {json.dumps(strategy)}}}\n"
+        "tolerances: {t: {checks: [{metric: cos, threshold: 1.0e-4}]}}\n"
+        "defaults: {backend: replay, switch_group: g, strategy: s, tolerance: t}\n"
+        f"models: {{m: {{path: {land}, shapes: {{a: {{x: [1]}}}}}}}}\n")
+    return land
+
+
+def test_full_without_budget_over_200_knobs_is_refused_at_validate_with_the_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests._project import cli
+
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(_project(tmp_path, {"mode": "full"})))
+    code, out = cli("validate", "-m", str(tmp_path / "tuning.yaml"))
+    assert code != 0 and "tuning.yaml:3" in out and "mode full" in out and "e+" in out and "max_builds" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("strategy", [{"mode": "fast"}, {"mode": "mixed"}, {"mode": "adaptive"},
+                                      {"mode": "full", "max_builds": 50}])
+def test_plan_on_a_200_knob_group_answers_in_every_mode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: dict[str, object]) -> None:
+    from tests._project import cli
+
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(_project(tmp_path, strategy)))
+    code, out = cli("plan", "--json", "-m", str(tmp_path / "tuning.yaml"))
+    assert "Traceback" not in out
+    doc = json.loads(out)
+    assert doc and code in (0, 2), out[:2000]
