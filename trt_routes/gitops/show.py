@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes.errors import UsageError
-from trt_routes.lockfile import LockEntry, Lockfile
+from trt_routes.lockfile import LockEntry, Lockfile, finite
 from trt_routes.manifest.load import load_manifest
 
 TRTEXEC_BACKEND = "tensorrt"
@@ -26,8 +26,9 @@ class LockedJob:
 
     @property
     def entry(self) -> dict[str, Any]:
-        """The entry as plain data, as it stands in tuning.lock (for printing it)."""
-        return self.record.to_data()
+        """The entry as plain data, as it stands in tuning.lock (for printing it; a number that is not
+        finite is None, as the lock writes it)."""
+        return finite(self.record.to_data())  # type: ignore[no-any-return]
 
 
 def locked_job(manifest: Path, name: str) -> LockedJob:
