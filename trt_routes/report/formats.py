@@ -148,7 +148,9 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "cache-import": ("`cache import FILE`: one report per merged bundle or imported tuning cache.",
                      {"reports": _list(_OBJ)}, {}),
     "cache-push": ("`cache push URL`: what was pushed.",
-                   {"url": _STR, "trials": _INT, "segment": _STR_OR_NULL, "engines": _INT, "skipped": _STRS}, {}),
+                   {"url": _STR, "trials": _INT, "segment": _STR_OR_NULL, "engines": _INT, "skipped": _STRS},
+                   {"resent": {**_INT, "description": "segments this cache had pushed that the remote no longer "
+                                                      "holds; then everything was pushed again"}}),
     "cache-recover": ("`cache recover`: the rows salvaged per table from a damaged cache, and where the damaged "
                       "file was kept.", {"path": _STR, "damaged": _STR, "rows": _COUNTS, "lost": _COUNTS}, {}),
     "trials": ("`trials`: every trial in the cache as a flat record (losses as loss:OUTPUT:METRIC keys).",
