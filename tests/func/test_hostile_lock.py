@@ -141,3 +141,30 @@ def test_non_finite_numbers_are_written_as_null(tuned: Path, tmp_path: Path) -> 
     assert data["selection"]["confirmation"] == {"ci": [0, None], "ratio": None}
     code, out = cli("lock", "show", "cnn/bs1/cpu", "--json", "-m", str(project / "tuning.yaml"))
     assert code == 0 and "Infinity" not in out and "NaN" not in out, out
+
+
+@pytest.mark.slow
+def test_a_c_locale_in_a_non_ascii_folder_applies_like_a_utf8_one(tiny_models: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    """``LC_ALL=C PYTHONUTF8=0 trt-routes apply`` in a non-ASCII folder tunes (workers included), and a UTF-8
+    locale then finds every job up to date: the same digests."""
+    import subprocess
+    import sys
+
+    from _project import make_project
+
+    from trt_routes.canonical import digest, utf8
+
+    folder = "m\u00fcnchen-\u00e9t\u00e9"
+    escaped = folder.encode().decode("ascii", "surrogateescape")  # how a C locale reads the folder's name
+    assert utf8(escaped) == folder.encode() and digest({"p": escaped}) == digest({"p": folder})
+    manifest = make_project(tmp_path / folder, tiny_models)
+    exe = str(Path(sys.executable).parent / "trt-routes")
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run([exe, "apply"], cwd=manifest.parent, capture_output=True, timeout=600,
+                          env={**env, "LC_ALL": "C", "PYTHONUTF8": "0"})
+    out = (proc.stdout + proc.stderr).decode(errors="replace")
+    assert proc.returncode == 0 and "Traceback" not in out and "crashed" not in out, out
+    proc = subprocess.run([exe, "plan", "--check"], cwd=manifest.parent, capture_output=True, timeout=120,
+                          env={**env, "LC_ALL": "C.UTF-8"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr).decode(errors="replace")

@@ -15,7 +15,7 @@ or a worker started later, never a result. Standard library, ``execute.spawn`` a
 
 from __future__ import annotations
 
-__all__ = ["early_guess", "main"]
+__all__ = ["early_guess", "main", "utf8_relaunch"]
 
 import os
 import sys
@@ -40,8 +40,27 @@ def early_guess(argv: list[str]) -> bool:
     return not quiet.LAUNCHED["predicted"]
 
 
+def utf8_relaunch() -> None:
+    """Under a locale whose encoding is not UTF-8 (``LC_ALL=C PYTHONUTF8=0``), run again in Python's UTF-8
+    mode, workers included (they inherit PYTHONUTF8=1): there a non-ASCII folder name would arrive as
+    surrogate escapes that digests, SQLite and ONNX Runtime's session cannot take. Paths are bytes on
+    POSIX, and the UTF-8 mode reads them as the UTF-8 they almost always are (others stay escaped)."""
+    if sys.flags.utf8_mode or sys.getfilesystemencoding().lower().replace("-", "") == "utf8" or os.name != "posix":
+        return
+    saved = os.environ.get("PYTHONUTF8")
+    os.environ["PYTHONUTF8"] = "1"
+    try:
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    except OSError:  # cannot re-run: go on as we are, workers alike
+        if saved is None:
+            del os.environ["PYTHONUTF8"]
+        else:
+            os.environ["PYTHONUTF8"] = saved
+
+
 def main() -> None:
     """Start the early worker on a good guess, then run the CLI (``cli.app.main``, which never returns)."""
+    utf8_relaunch()
     if early_guess(sys.argv[1:]):
         from trt_routes.execute.spawn import start_early
 
