@@ -66,7 +66,7 @@ def explain(project: Project, job: str) -> Explanation:
 
 
 def status(project: Project) -> list[JobStatus]:
-    """One state per job: ok, no-lock, missing-engine, digest-mismatch, stale, not-in-cache, blocked,
+    """One state per job: ok, no-lock, invalid-lock, missing-engine, digest-mismatch, stale, not-in-cache, blocked,
     orphan-lock (``trt-routes status``)."""
     return _status(project)
 

@@ -100,8 +100,9 @@ _COUNT_OR_FLAG = {"anyOf": [_INT, _BOOL], "description": "trials (search) or whe
 _APPLY_JOB = _obj({"job": _STR}, {"action": _STR, "built": _COUNT_OR_FLAG, "reused": _COUNT_OR_FLAG,
                                   "error": _STR_OR_NULL,
                                   "lock": {"type": ["object", "null"]}, "route": _STR_OR_NULL})
-_STATUS_ROW = _obj({"job": _STR, "state": {"enum": ["ok", "no-lock", "missing-engine", "digest-mismatch", "stale",
-                                                    "not-in-cache", "blocked", "orphan-lock"]},
+_STATUS_ROW = _obj({"job": _STR, "state": {"enum": ["ok", "no-lock", "invalid-lock", "missing-engine",
+                                                    "digest-mismatch", "stale", "not-in-cache", "blocked",
+                                                    "orphan-lock"]},
                     "detail": _STR, "route": _STR_OR_NULL}, closed=True)
 _KNOB = _obj({"option": _STR, "values": {"type": ["array", "null"]}, "default": {}, "help": _STR_OR_NULL,
               "phase": _STR})
