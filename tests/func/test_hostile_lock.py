@@ -4,6 +4,7 @@ oversized file. And the lock writes non-finite numbers as null, never as a strin
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -168,3 +169,53 @@ def test_a_c_locale_in_a_non_ascii_folder_applies_like_a_utf8_one(tiny_models: d
     proc = subprocess.run([exe, "plan", "--check"], cwd=manifest.parent, capture_output=True, timeout=120,
                           env={**env, "LC_ALL": "C.UTF-8"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+def test_read_only_commands_work_on_a_cache_folder_this_user_cannot_write(tuned: Path) -> None:
+    """A read-only ``caches/`` (a shared checkout, another user's project): plan, status, explain and trials
+    read it; apply refuses with the folder named. As root (who may write anything) the commands run as
+    nobody through setpriv, in a folder outside pytest's private tmp."""
+    import stat
+    import subprocess
+    import sys
+    import tempfile
+
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: no user to whom caches/ is read-only")
+        prefix = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    base = Path(tempfile.mkdtemp(prefix="trt-routes-ro-"))
+    try:
+        project = base / "p"
+        shutil.copytree(tuned.parent, project)
+        for path in [base, *base.rglob("*")]:
+            mode = path.stat().st_mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+            if path.is_dir():
+                mode |= stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+            path.chmod(mode)
+        for path in [project / "caches", *(project / "caches").rglob("*")]:
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        exe = str(Path(sys.executable).parent / "trt-routes")
+        env = {**os.environ, "COLUMNS": "200", "HOME": str(base), "TRT_ROUTES_MEMO": str(base / "memo")}
+        before = sorted(p.name for p in (project / "caches").iterdir())
+
+        def run(*args: str) -> tuple[int, str]:
+            proc = subprocess.run([*prefix, exe, *args], cwd=project, capture_output=True, text=True, env=env,
+                                  timeout=120)
+            return proc.returncode, proc.stdout + proc.stderr
+
+        for command in (["plan", "--check"], ["status"], ["explain", "cnn/bs1/cpu"], ["trials"], ["lock", "check"]):
+            code, out = run(*command)
+            assert code == 0 and "Traceback" not in out, (command, out)
+        code, out = run("trials")
+        assert "cnn/bs1/cpu" in out
+        code, out = run("apply")
+        assert code == 2 and "Traceback" not in out and "caches" in out, out
+        assert sorted(p.name for p in (project / "caches").iterdir()) == before  # nothing written there
+    finally:
+        for path in [base, *base.rglob("*")]:
+            with contextlib.suppress(OSError):
+                path.chmod(path.stat().st_mode | stat.S_IWUSR)
+        shutil.rmtree(base, ignore_errors=True)

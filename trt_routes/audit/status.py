@@ -43,7 +43,7 @@ def status(project: Project) -> list[JobStatus]:
     rows: list[JobStatus] = []
     with contextlib.ExitStack() as stack:
         # no cache yet (a fresh clone with a lockfile): report it, do not create one
-        cache = stack.enter_context(project.open_cache()) if project.cache_path.exists() else None
+        cache = stack.enter_context(project.read_cache()) if project.cache_path.exists() else None
         for job in project.jobs:
             entry = lock.jobs.get(job.name)
             if job.blocked:
