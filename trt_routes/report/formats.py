@@ -128,7 +128,10 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                  "default_ms": _NUM_OR_NULL, "chosen_ms": _NUM_OR_NULL, "trials": _list(_OBJ)}, {}),
     "report": ("`report --html FILE`: the file written and how many jobs it shows.",
                {"html": _STR, "jobs": _INT, "with_trials": _INT}, {}),
-    "lock-show": ("`lock show JOB`: the job's tuning.lock entry.", {"job": _STR, "entry": _OBJ}, {}),
+    "lock-show": ("`lock show JOB`: the job's tuning.lock entry, and what a serving process must set to run its "
+                  "engine as measured (``serving.settings``: ONNX Runtime session options and provider options, "
+                  "Inductor compile settings; null with a ``note`` where the engine carries the route).",
+                  {"job": _STR, "entry": _OBJ}, {"serving": _OBJ}),
     "lock-check": ("`lock check`: does tuning.lock match the manifest; each job added, removed or changed.",
                    {"matches": _BOOL, "notes": _STRS,
                     "mismatches": _list(_obj({"job": _STR, "kind": _STR, "details": _STRS}, closed=True))}, {}),
