@@ -452,7 +452,7 @@ def _remote(root: Path, marker: bytes | None, segments: list[bytes] = (), *, mis
     return root
 
 
-def _remote_with(root: Path, marker: bytes | None, *, folder: str = "", file: str = "") -> Path:
+def _remote_with(root: Path, marker: bytes | None, *, folder: str = "", file: str = "", fifo: str = "") -> Path:
     """A remote with ``folder`` made a folder and ``file`` made a plain file (where the layout wants the other)."""
     root.mkdir(parents=True)
     if marker is not None:
@@ -461,6 +461,9 @@ def _remote_with(root: Path, marker: bytes | None, *, folder: str = "", file: st
         (root / folder).mkdir()
     if file:
         (root / file).write_bytes(b"not a folder")
+    if fifo:
+        (root / fifo).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(root / fifo)  # nothing ever writes it: reading it would wait forever
     return root
 
 
@@ -481,6 +484,8 @@ REMOTES: dict[str, tuple[Callable[[Base, Path], Path], list[str]]] = {
     "marker version true": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": true}'), []),
     "marker version 0": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": 0}'), []),
     "marker version 1.5": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": 1.5}'), []),
+    "marker a FIFO": (lambda b, r: _remote_with(r, None, fifo="trt-routes-remote.json"), []),
+    "segment a FIFO": (lambda b, r: _remote_with(r, GOOD_MARKER, fifo=f"segments/{'0' * 64}.tar.gz"), []),
     "segments a file": (lambda b, r: _remote_with(r, GOOD_MARKER, file="segments"), []),
     "blobs a file": (lambda b, r: _remote_with(r, GOOD_MARKER, file="blobs"), []),
     "segment misnamed (digest lie)": (lambda b, r: _remote(r, GOOD_MARKER, [tar_gz(members(b))], misname=True), []),

@@ -219,3 +219,10 @@ def test_read_only_commands_work_on_a_cache_folder_this_user_cannot_write(tuned:
             with contextlib.suppress(OSError):
                 path.chmod(path.stat().st_mode | stat.S_IWUSR)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_saved_plan_that_is_a_fifo_is_refused_without_waiting(tuned: Path, tmp_path: Path) -> None:
+    project = _copy(tuned, tmp_path)
+    os.mkfifo(tmp_path / "plan.json")
+    code, out = cli("apply", "--plan", str(tmp_path / "plan.json"), "-m", str(project / "tuning.yaml"))
+    assert code == 2 and "FIFO" in out and "plan.json" in out and "Traceback" not in out, out

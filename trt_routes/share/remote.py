@@ -136,8 +136,9 @@ class Remote:
         marker = self.path(MARKER)
         broken = "the remote is damaged: restore it from a backup, or empty the folder and `cache push` again"
         if self.exists(marker):
-            if self.fs.isdir(marker):
-                raise CacheError(f"{self.url}/{MARKER} is a folder, not the remote's marker file", broken)
+            if not self.fs.isfile(marker):
+                raise CacheError(f"{self.url}/{MARKER} is not a plain file (a folder, FIFO or device), so not the "
+                                 "remote's marker", broken)
             try:
                 size = self.fs.size(marker)
                 if size is not None and size > MAX_MARKER_BYTES:
@@ -199,6 +200,10 @@ class Remote:
             self.put_file(local, rpath)
 
     def get_file(self, rpath: str, local: Path) -> None:
+        """Download ``rpath``; on a folder remote only a plain file (a FIFO would wait forever, a device never
+        end): anything else is an OSError, which callers report as a file that could not be read."""
+        if self.local and not self.fs.isfile(rpath):
+            raise OSError(f"{rpath} is not a plain file (a folder, FIFO or device)")
         self.fs.get_file(rpath, str(local))
 
 
