@@ -23,25 +23,33 @@ def format_id(name: str) -> str:
 
 
 # -- strict JSON ------------------------------------------------------------------------------------
-def _reason(x: float) -> str:
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+#: canonical.normalize's spelling of non-finite floats, found in stored records (a lock's confirmation
+#: record, an older lock): the same null and reason as the float itself
+_SPELLED = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
+
+
+def _reason(x: Any) -> str | None:
+    """What a non-finite number was ("nan", "inf", "-inf"); None for anything else."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return _SPELLED.get(x) if isinstance(x, str) else None
 
 
 def strict(data: Any) -> Any:
-    """``data`` with every non-finite float replaced by None (and ``<key>_reason`` beside it in objects),
-    tuples as lists and non-JSON leaves as strings."""
+    """``data`` with every non-finite number (a float, or canonical's string "Infinity"/"NaN") replaced by
+    None (and ``<key>_reason`` beside it in objects), tuples as lists and non-JSON leaves as strings."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for k, v in data.items():
             key = str(k)
-            if isinstance(v, float) and not math.isfinite(v):
+            if (why := _reason(v)) is not None:
                 out[key] = None
-                out[f"{key}_reason"] = _reason(v)
+                out[f"{key}_reason"] = why
             else:
                 out[key] = strict(v)
         return out
     if isinstance(data, (list, tuple)):
-        return [None if isinstance(v, float) and not math.isfinite(v) else strict(v) for v in data]
+        return [None if _reason(v) is not None else strict(v) for v in data]
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     return str(data)
