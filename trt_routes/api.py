@@ -47,7 +47,7 @@ def open_project(manifest: str | Path = "tuning.yaml") -> Project:
 
 def plan(project: Project, only: Sequence[str] | None = None) -> Plan:
     """Per job: the action apply would take and why (``plan.jobs``; ``plan.has_work``). Builds nothing."""
-    with project.open_cache() as cache:
+    with project.read_cache() as cache:
         return compute_plan(project, cache, project.read_lock(), list(only) if only else None)
 
 
@@ -66,7 +66,7 @@ def explain(project: Project, job: str) -> Explanation:
 
 
 def status(project: Project) -> list[JobStatus]:
-    """One state per job: ok, no-lock, missing-engine, digest-mismatch, stale, not-in-cache, blocked,
+    """One state per job: ok, no-lock, invalid-lock, missing-engine, digest-mismatch, stale, not-in-cache, blocked,
     orphan-lock (``trt-routes status``)."""
     return _status(project)
 

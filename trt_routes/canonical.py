@@ -54,9 +54,22 @@ def dumps(value: Any) -> str:
     return json.dumps(normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8 bytes for a digest, also where it holds a path decoded under a non-UTF-8 locale
+    (``LC_ALL=C``: a non-ASCII folder name arrives as surrogate escapes): those become the path's own
+    bytes, so the digest is the one a UTF-8 locale computes."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate that is no escaped byte (from JSON "\ud800")
+            return text.encode("utf-8", "surrogatepass")
+
+
 def digest(value: Any, length: int = 64) -> str:
     """sha256 hex digest of the canonical JSON of ``value`` (truncated to ``length``)."""
-    return hashlib.sha256(dumps(value).encode()).hexdigest()[:length]
+    return hashlib.sha256(utf8(dumps(value))).hexdigest()[:length]
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trt_routes import canonical
 from trt_routes.artifacts import atomic_write_text
 from trt_routes.errors import LockfileError
+from trt_routes.text import NotRegularFileError, read_regular
 
 LOCK_VERSION = 1
 HEADER = (
@@ -34,6 +37,24 @@ def _round(value: Any) -> Any:
         return [_round(v) for v in value]
     if isinstance(value, float):
         return float(f"{value:.6g}")
+    return value
+
+
+_NON_FINITE_TEXT = frozenset({"Infinity", "-Infinity", "NaN"})  # canonical.normalize's spelling
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every number that is not finite (NaN, inf: an interval that could not be bounded) as
+    None, the documented rule for numbers out (``null``), also where canonical.normalize already spelled it
+    as the string "Infinity" or "NaN" (an entry's confirmation record, a lock an older trt-routes wrote)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return None if value in _NON_FINITE_TEXT else value
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
     return value
 
 
@@ -254,7 +275,7 @@ def _memo_key(raw: bytes) -> str:
     return hashlib.sha256(raw + _MEMO_SALT).hexdigest()
 
 
-def _memo_parse(raw: bytes, memo: Path, remember: bool) -> Any:
+def _memo_parse(raw: bytes, memo: Path, remember: bool, shown: object = "tuning.lock") -> Any:
     """The YAML document in ``raw``, from ``memo/<sha256>.json`` when these very bytes were parsed or
     written before (JSON loads ~50x faster than PyYAML constructs: 0.15 s for a 200-job lock), else parsed,
     and remembered when ``remember`` (commands that write anyway: plan and dry runs leave no file). The key
@@ -262,10 +283,66 @@ def _memo_parse(raw: bytes, memo: Path, remember: bool) -> Any:
     read or written is only slower."""
     with contextlib.suppress(OSError, ValueError):
         return json.loads((memo / f"{_memo_key(raw)}.json").read_bytes())
-    data = yaml.load(raw.decode("utf-8"), Loader=_Loader)
+    data = _parse(raw, shown)
     if remember:
         _remember(memo, raw, data)
     return data
+
+
+#: The largest tuning.lock read (a 200-job lock is ~0.5 MB; a 50 MB one cost 30 s and 1.8 GB per command).
+MAX_LOCK_BYTES = 8 * 1024 * 1024
+_FIX = "restore it from git (git checkout -- tuning.lock), or delete it and run `trt-routes apply`"
+_CONFLICT = re.compile(rb"^(<{7}|={7}|>{7})(?:[ \t].*)?$", re.MULTILINE)
+_JOB_LINE = re.compile(r"^  ([^\s#'\"][^:]*|'[^']*'|\"[^\"]*\"):\s*$")
+
+
+def _conflicted_jobs(text: str) -> tuple[int, list[str]]:
+    """The first conflict marker's line and the jobs whose entries lie in a conflict (git's
+    ``<<<<<<<`` ... ``>>>>>>>`` regions), by the job lines at the entries' indentation."""
+    first, jobs, inside, current = 0, [], False, None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(("<<<<<<<", "=======", ">>>>>>>")):
+            first = first or number
+            inside = not line.startswith(">>>>>>>")
+            if inside and current and current not in jobs:
+                jobs.append(current)
+            continue
+        match = _JOB_LINE.match(line)
+        if match:
+            current = match.group(1).strip("'\"")
+            if inside and current not in jobs:
+                jobs.append(current)
+    return first, jobs
+
+
+def _refuse_aliases(raw: bytes, shown: object) -> None:
+    """trt-routes writes no anchors or aliases: a lock with any is refused before it is built (nine levels of
+    ten aliases expand to 10^9 nodes). Events only, no construction: a pass over the text."""
+    if b"&" not in raw and b"*" not in raw:
+        return
+    for event in yaml.parse(raw, Loader=_Loader):
+        alias = isinstance(event, yaml.AliasEvent)
+        anchor = getattr(event, "anchor", None)
+        if alias or anchor is not None:
+            line = event.start_mark.line + 1 if event.start_mark is not None else 1
+            what = "an alias (*" if alias else "an anchor (&"
+            raise LockfileError(f"{shown}:{line}: {what}{anchor}): trt-routes never writes YAML anchors or "
+                                "aliases, so this lock was edited by hand or by another tool", _FIX)
+
+
+def _parse(raw: bytes, shown: object) -> Any:
+    """The YAML document in ``raw`` (tuning.lock's bytes), refusing conflict markers and aliases."""
+    if _CONFLICT.search(raw):
+        text = raw.decode("utf-8", errors="replace")
+        line, jobs = _conflicted_jobs(text)
+        named = ", ".join(f"'{j}'" for j in jobs) or "none by name (the conflict is outside the job entries)"
+        raise LockfileError(
+            f"{shown}:{line}: unresolved git merge conflict; conflicting job(s): {named}",
+            "keep one side of each conflict (e.g. `git checkout --theirs tuning.lock`, or delete the marker "
+            "lines and one side), then run `trt-routes apply` to re-measure the conflicting jobs and rewrite "
+            "the lock")
+    _refuse_aliases(raw, shown)
+    return yaml.load(raw.decode("utf-8"), Loader=_Loader)
 
 
 def _remember(memo: Path, raw: bytes, data: Any) -> None:
@@ -301,16 +378,25 @@ class Lockfile:
         """The lockfile at ``path``; an empty one when the file does not exist. ``memo``: a folder of
         parsed copies keyed by the file's sha256 (``_memo_parse``), written to when ``remember`` and by
         ``write``."""
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return cls(path=path, manifest_name=manifest_name, memo=memo if remember else None)
         try:
-            raw = path.read_bytes()
-            data = (_memo_parse(raw, memo, remember) if memo is not None
-                    else yaml.load(raw.decode("utf-8"), Loader=_Loader))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise LockfileError(f"{path}: not a valid lockfile: {exc}",
-                                "restore it from git (git checkout -- tuning.lock) or delete it and "
-                                "run `trt-routes apply`") from exc
+            raw = read_regular(path, MAX_LOCK_BYTES)
+        except NotRegularFileError as exc:
+            raise LockfileError(f"{path}: {exc}", _FIX) from None
+        except OSError as exc:
+            raise LockfileError(f"{path}: cannot read the lockfile: {exc.strerror or exc}",
+                                "check the file and its permissions") from None
+        try:
+            data = _memo_parse(raw, memo, remember, path) if memo is not None else _parse(raw, path)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = f":{mark.line + 1}" if mark is not None else ""
+            raise LockfileError(f"{path}{line}: not a valid lockfile: {exc.problem or exc.context or 'invalid YAML'}",
+                                _FIX) from None
+        except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
+            raise LockfileError(f"{path}: not a valid lockfile: {reason}", _FIX) from None
         if not isinstance(data, dict) or "lock_version" not in data:
             raise LockfileError(f"{path}: not a trt-routes lockfile (no lock_version)",
                                 "restore it from git or delete it and run `trt-routes apply`")
@@ -338,7 +424,7 @@ class Lockfile:
 
     def _render(self) -> tuple[str, dict[str, Any]]:
         body = {"lock_version": LOCK_VERSION,
-                "jobs": {name: _round(canonical.normalize(entry.to_data()))
+                "jobs": {name: _round(finite(canonical.normalize(entry.to_data())))
                          for name, entry in sorted(self.jobs.items())}}
         text = yaml.dump(body, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True,
                          width=100)

@@ -8,7 +8,9 @@ Renderers call it on every stored string they print; imports apply it before row
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from typing import Any
 
 # ESC [ ... final byte | ESC ] ... (BEL | ESC \\) | ESC P/X/^/_ ... ESC \\ | ESC + one char | CSI (0x9b) ...
@@ -91,3 +93,33 @@ def has_userinfo(text: str) -> bool:
     """``text`` is a URL with ``user:password@`` in it."""
     return URL_USERINFO.match(text.strip()) is not None
 
+
+
+class NotRegularFileError(ValueError):
+    """A file we read as text (tuning.yaml, tuning.lock, an import) is not a plain file or is too large;
+    the message says which, ready to follow "<path>: "."""
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of ``path`` when it is a regular file (a symlink to one counts) of at most ``limit``
+    bytes. A FIFO, socket or device (``/dev/zero``) is refused without reading it (a FIFO is opened
+    non-blocking, so a missing writer cannot hang the command); so is a larger file (NotRegularFileError).
+    OSError (missing, unreadable) passes through."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise NotRegularFileError(f"is {kind}: only regular files are read")
+        if st.st_size > limit:
+            raise NotRegularFileError(f"is {st.st_size / 1e6:.1f} MB, over the {limit / 1e6:.0f} MB this file "
+                                      "may have")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:  # grew while read
+            raise NotRegularFileError(f"is over the {limit / 1e6:.0f} MB this file may have")
+        return data
+    finally:
+        os.close(fd)

@@ -147,6 +147,20 @@ def test_malformed_tuning_cache_names_file_and_line(trt: None, tmp_path: Path) -
         assert cache.count() == 0
 
 
+@pytest.mark.parametrize("content", [b"{\x80", b'{"format": "x"}\n\xff\xfe'])
+def test_bytes_that_are_not_utf8_are_a_clean_error_naming_the_line(trt: None, tmp_path: Path,
+                                                                     content: bytes) -> None:
+    manifest = _manifest(tmp_path)
+    (tmp_path / "x.bin").write_bytes(content)
+    result = CliRunner().invoke(app, ["cache", "import", str(tmp_path / "x.bin"), "--job", JOB,
+                                      "-m", str(manifest)])
+    line = content.count(b"\n") + 1
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"x.bin:{line}: not UTF-8" in result.output and "cache export" in result.output, result.output
+    with open_project(manifest).open_cache() as cache:
+        assert cache.count() == 0
+
+
 def test_cli_import_without_tensorrt_records_unknown_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             tiny_models: dict[str, Path]) -> None:
     """Where TensorRT is missing the job is blocked and has no signature: TensorRT's field names are used."""

@@ -110,6 +110,26 @@ def test_tampered_engine_is_rejected_and_rebuilt(a: Path, tmp_path: Path) -> Non
         assert file_sha256(sha) == sha.name
 
 
+def test_a_remote_emptied_and_recreated_at_the_same_url_gets_everything_again(a: Path, tmp_path: Path) -> None:
+    import shutil
+
+    url = str(tmp_path / "r")
+    first = push(machine(a), url)
+    assert first.trials > 0 and first.segment and not first.resent
+    assert push(machine(a), url).trials == 0  # the local record, and the remote still holds its segment
+    shutil.rmtree(tmp_path / "r")
+    (tmp_path / "r").mkdir()
+    again = push(machine(a), url)
+    assert again.resent == 1 and again.trials == first.trials and again.engines == first.engines
+    assert "no longer holds" in again.text()
+    assert Remote(url).segments()[0] == [again.segment]
+    third = push(machine(a), url)  # the record was renewed: nothing twice
+    assert (third.trials, third.resent) == (0, 0) and "nothing to push" in third.text()
+    b = fresh_clone(a, tmp_path / "b", lock=False)
+    got = pull(machine(b), url)
+    assert (got.segments, got.added) == (1, first.trials)
+
+
 def test_remote_urls_and_errors(tmp_path: Path) -> None:
     assert normalize_url(str(tmp_path / "r")) == (tmp_path / "r").resolve().as_uri()
     assert normalize_url("s3://bucket/prefix/") == "s3://bucket/prefix"

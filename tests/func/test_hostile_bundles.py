@@ -451,6 +451,21 @@ def _remote(root: Path, marker: bytes | None, segments: list[bytes] = (), *, mis
     return root
 
 
+def _remote_with(root: Path, marker: bytes | None, *, folder: str = "", file: str = "", fifo: str = "") -> Path:
+    """A remote with ``folder`` made a folder and ``file`` made a plain file (where the layout wants the other)."""
+    root.mkdir(parents=True)
+    if marker is not None:
+        (root / "trt-routes-remote.json").write_bytes(marker)
+    if folder:
+        (root / folder).mkdir()
+    if file:
+        (root / file).write_bytes(b"not a folder")
+    if fifo:
+        (root / fifo).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(root / fifo)  # nothing ever writes it: reading it would wait forever
+    return root
+
+
 GOOD_MARKER = json.dumps({"format": "trt-routes-remote", "version": 1}).encode()
 SEGMENTS = ["trial median_ms #0 '0.0'", "trial samples #2 '[-1.0]'", "trial route #0 '-b=1 -a=2'",
             "trial job #0 " + repr(f"cnn{ESC}"[:24]), "trial status #2 'great'"]
@@ -463,6 +478,15 @@ REMOTES: dict[str, tuple[Callable[[Base, Path], Path], list[str]]] = {
     "marker other format": (lambda b, r: _remote(r, b'{"format": "zip", "version": 1}'), []),
     "marker newer": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": 9}'), []),
     "marker missing": (lambda b, r: _remote(r, None), []),
+    "marker a folder": (lambda b, r: _remote_with(r, None, folder="trt-routes-remote.json"), []),
+    "marker version a string": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": "1"}'), []),
+    "marker version true": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": true}'), []),
+    "marker version 0": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": 0}'), []),
+    "marker version 1.5": (lambda b, r: _remote(r, b'{"format": "trt-routes-remote", "version": 1.5}'), []),
+    "marker a FIFO": (lambda b, r: _remote_with(r, None, fifo="trt-routes-remote.json"), []),
+    "segment a FIFO": (lambda b, r: _remote_with(r, GOOD_MARKER, fifo=f"segments/{'0' * 64}.tar.gz"), []),
+    "segments a file": (lambda b, r: _remote_with(r, GOOD_MARKER, file="segments"), []),
+    "blobs a file": (lambda b, r: _remote_with(r, GOOD_MARKER, file="blobs"), []),
     "segment misnamed (digest lie)": (lambda b, r: _remote(r, GOOD_MARKER, [tar_gz(members(b))], misname=True), []),
     "segment not a bundle": (lambda b, r: _remote(r, GOOD_MARKER, [b"junk"]), []),
     "segment search builds 1e9": (lambda b, r: _remote(r, GOOD_MARKER, [forged(b, _set("builds", 10**9),

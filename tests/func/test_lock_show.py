@@ -26,9 +26,13 @@ def test_lock_show_prints_the_entry_as_locked(tuned: Path) -> None:
     entry = Lockfile.read(tuned.parent / "tuning.lock").jobs["cnn/bs1/cpu"]
     code, out = cli("lock", "show", "cnn/bs1/cpu", "-m", str(tuned))
     assert code == 0
-    assert yaml.safe_load(out) == {"cnn/bs1/cpu": entry}
+    locked, serving = out.split("\n# serving: ", 1)  # the entry, then what a serving process must set
+    assert yaml.safe_load(locked) == {"cnn/bs1/cpu": entry}
+    assert "InferenceSession(" in serving
     code, out = cli("lock", "show", "cnn/bs1/cpu", "--json", "-m", str(tuned))
-    assert code == 0 and json.loads(out) == {"format": "trt-routes/lock-show@1", "job": "cnn/bs1/cpu", "entry": entry}
+    doc = json.loads(out)
+    assert code == 0 and doc.pop("serving")["backend"] == "onnxruntime"
+    assert doc == {"format": "trt-routes/lock-show@1", "job": "cnn/bs1/cpu", "entry": entry}
 
 
 def test_trtexec_does_not_apply_to_onnxruntime_jobs(tuned: Path) -> None:
@@ -130,3 +134,62 @@ def test_tensorrt_lock_show_trtexec_and_frozen_rebuild(tmp_path: Path, monkeypat
                                     f"{job['engine_sha256'][:12]}, differs (tensorrt builds are not")
     again = run_with_standin(["apply", "--frozen", "--json", "-m", "tuning.yaml"], fresh, tmp_path)
     assert again.returncode == 0 and json.loads(again.stdout)["built"] == 0  # its own verified rebuild serves
+
+
+def test_lock_show_gives_the_onnxruntime_session_options_the_engine_was_measured_with(
+        tuned: Path, tmp_path: Path) -> None:
+    """ORT engines of routes that differ only in runtime knobs are byte-identical: the serving settings are
+    what `load` sets, and the snippet runs the locked engine."""
+    import json
+    import os
+
+    import onnxruntime as ort
+
+    from trt_routes.backends import registry
+
+    backend = registry.get("onnxruntime")
+    route = {"-intra_op_num_threads": "2", "-disable_prepacking": "1", "-execution_mode": "parallel"}
+    serving = backend.serving(route, {}, "x.onnx")
+    assert serving is not None
+    measured = backend._runtime_options(backend._route(route))  # what the worker's `load` applies
+    for key, value in serving["session_options"].items():
+        got = getattr(measured, key)
+        assert (got.name if hasattr(got, "name") else got) == value, key
+    for key, value in serving["session_config"].items():
+        assert measured.get_session_config_entry(key) == value, key
+    assert serving["session_options"]["intra_op_num_threads"] == 2
+    assert serving["session_config"]["session.disable_prepacking"] == "1"
+
+    project = tmp_path / "p"
+    shutil.copytree(tuned.parent, project)
+    code, out = cli("lock", "show", "cnn/bs1/cpu", "--json", "-m", str(project / "tuning.yaml"))
+    assert code == 0, out
+    doc = json.loads(out)["serving"]
+    assert doc["backend"] == "onnxruntime" and doc["settings"]["providers"] == ["CPUExecutionProvider"]
+    code, text = cli("lock", "show", "cnn/bs1/cpu", "-m", str(project / "tuning.yaml"))
+    assert code == 0 and doc["settings"]["python"] in text
+    scope: dict[str, object] = {}
+    exec(doc["settings"]["python"], scope)  # ready to paste: it opens the locked engine (path from the cwd)
+    session = scope["session"]
+    assert isinstance(session, ort.InferenceSession) and os.path.exists(doc["engine"])
+    assert session.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_torch_inductor_serving_gives_the_compile_settings_ready_to_paste() -> None:
+    pytest.importorskip("torch")
+    from trt_routes.backends import registry
+
+    backend = registry.get("torch-inductor")
+    if backend.unavailable_reason() is not None:
+        pytest.skip(backend.unavailable_reason() or "")
+    route = {"-channels_last": "1"}
+    serving = backend.serving(route, {"mode": "jit", "device": "cpu", "fullgraph": True}, "e.json")
+    assert serving["model_options"] == {"channels_last": True} and serving["compile"]["fullgraph"] is True
+    scope: dict[str, object] = {"model": _Model()}
+    exec(serving["python"].replace("torch.compile(", "dict(model_=") , scope)  # valid Python, config as locked
+    assert scope["inductor_config"] == serving["inductor_config"] and serving["inductor_config"]
+
+
+class _Model:
+    def to(self, **_: object) -> _Model:
+        return self

@@ -106,3 +106,26 @@ def test_jobs_that_cannot_run_here_are_blocked_not_failed(project: Path) -> None
     (project.parent / "tuning.lock").unlink()
     code, rows = cli_status(project)
     assert code == 0 and {r["state"] for r in rows} == {"blocked"}
+
+
+def test_a_lock_entry_with_an_unknown_knob_or_an_engine_outside_the_engine_folder_is_invalid(
+        project: Path, tmp_path: Path) -> None:
+    import yaml
+
+    from trt_routes.canonical import file_sha256
+
+    lock = project.parent / "tuning.lock"
+    data = yaml.safe_load(lock.read_text())
+    outside = tmp_path / "passwd"
+    outside.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    data["jobs"]["cnn/bs1/cpu"]["route"] = "-no_such_knob=1"
+    data["jobs"]["cnn/bs4/cpu"]["engine"] = {"path": str(outside), "sha256": file_sha256(outside),
+                                             "size": outside.stat().st_size}
+    lock.write_text(yaml.safe_dump(data))
+    got = states(project)
+    assert got["cnn/bs1/cpu"][0] == "invalid-lock" and "no_such_knob" in got["cnn/bs1/cpu"][1], got
+    assert got["cnn/bs4/cpu"][0] == "invalid-lock" and "outside the project's engine folder" in got["cnn/bs4/cpu"][1]
+    code, rows = cli_status(project)
+    assert code == 1 and {r["state"] for r in rows} == {"invalid-lock"}
+    result = CliRunner().invoke(app, ["lock", "check", "-m", str(project)])
+    assert result.exit_code != 0 and "no_such_knob" in result.output, result.output

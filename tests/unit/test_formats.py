@@ -23,6 +23,14 @@ def test_non_finite_floats_become_null_with_a_reason_at_any_depth() -> None:
     assert "Infinity" not in text and json.loads(text)["x_reason"] == "inf"
 
 
+def test_non_finite_numbers_spelled_as_canonical_strings_become_null_too() -> None:
+    """Stored records hold canonical.normalize's "Infinity" (a lock's confirmation interval): the documented
+    rule holds for them as for floats; other strings are untouched."""
+    data = {"confirmation": {"ci": [0, "Infinity"], "ratio": "NaN", "low": "-Infinity", "route": "Infinityish"}}
+    assert strict(data) == {"confirmation": {"ci": [0, None], "ratio": None, "ratio_reason": "nan", "low": None,
+                                             "low_reason": "-inf", "route": "Infinityish"}}
+
+
 def test_every_schema_is_a_valid_2020_12_schema_naming_its_format() -> None:
     assert {"error", "validate", "plan", "apply", "status", "explain", "report", "lock-show", "lock-check",
             "knobs", "cache-stats", "cache-verify", "cache-gc"} <= set(SCHEMAS)

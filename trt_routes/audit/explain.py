@@ -134,7 +134,7 @@ class Explanation:
 
 def explain(project: Project, name: str) -> Explanation:
     job = find_job(project.jobs, name)
-    with project.open_cache() as cache:
+    with project.read_cache() as cache:
         return explain_job(project, job, cache, project.read_lock())
 
 

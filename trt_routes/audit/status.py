@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.canonical import file_sha256
+from trt_routes.gitops.check import engine_path_defect, route_defect
 from trt_routes.gitops.frozen import frozen_rebuild
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEngine, LockEntry
@@ -28,7 +29,8 @@ def _stale(job: Job, entry: LockEntry) -> list[str]:
 @dataclass(frozen=True)
 class JobStatus:
     job: str
-    state: str  # ok | no-lock | missing-engine | digest-mismatch | stale | not-in-cache | blocked | orphan-lock
+    state: str  # ok | no-lock | invalid-lock | missing-engine | digest-mismatch | stale | not-in-cache | blocked |
+    # orphan-lock
     detail: str
     route: str | None = None
 
@@ -41,7 +43,7 @@ def status(project: Project) -> list[JobStatus]:
     rows: list[JobStatus] = []
     with contextlib.ExitStack() as stack:
         # no cache yet (a fresh clone with a lockfile): report it, do not create one
-        cache = stack.enter_context(project.open_cache()) if project.cache_path.exists() else None
+        cache = stack.enter_context(project.read_cache()) if project.cache_path.exists() else None
         for job in project.jobs:
             entry = lock.jobs.get(job.name)
             if job.blocked:
@@ -51,6 +53,12 @@ def status(project: Project) -> list[JobStatus]:
                 rows.append(JobStatus(job.name, "no-lock", "no lock entry: run `trt-routes apply`"))
                 continue
             route = entry.route
+            defects = [d for d in (route_defect(job, route), engine_path_defect(entry, project.root,
+                                                                                project.out_dir)) if d]
+            if defects:
+                rows.append(JobStatus(job.name, "invalid-lock", "; ".join(defects) + ": restore tuning.lock from "
+                                      "git, or run `trt-routes apply` to rewrite the entry", route))
+                continue
             engine = entry.engine or LockEngine()
             rebuilt: str | None = None  # an engine `apply --frozen` rebuilt from this entry (not bit-reproducible)
             path = project.root / (engine.path or "")

@@ -202,6 +202,13 @@ class Backend(ABC):
         names (``options``). Raise SettingError or RouteError (naming the knob); default: accept all."""
         return
 
+    def serving(self, route: Mapping[str, str], settings: Mapping[str, Any], engine: str) -> dict[str, Any] | None:
+        """What a serving process must set to run ``engine`` (a locked engine's path) as ``route`` was
+        measured (``lock show``): runtime options that live outside the engine's bytes, with a snippet to
+        paste under ``"python"``. None where the engine carries everything (or the backend has its own
+        command: TensorRT's ``lock show --trtexec``). RouteError on a route the backend does not have."""
+        return None
+
     def presets(self) -> tuple[str, ...]:
         """Names of the baselines this backend can expand (``baseline: {preset: NAME}``); none by default:
         there, the baseline is the default route or a route the manifest spells out."""

@@ -402,6 +402,31 @@ class OnnxRuntimeBackend(Backend):
         so.add_session_config_entry("session.set_denormal_as_zero", values["-set_denormal_as_zero"])
         return so
 
+    def serving(self, route: Mapping[str, str], settings: Mapping[str, Any], engine: str) -> dict[str, Any]:
+        """The session options ``load`` applies for ``route`` (the engine is the optimized graph, so the
+        build knobs are in its bytes, and the runtime knobs only here: engines of routes that differ in
+        runtime knobs alone are byte-identical). Threads 0: ONNX Runtime's default, one per core."""
+        values = self._route(route)
+        options: dict[str, Any] = {
+            "graph_optimization_level": "ORT_DISABLE_ALL",  # run the optimized graph as saved
+            "execution_mode": EXECUTION_MODES[values["-execution_mode"]],
+            "execution_order": EXECUTION_ORDERS[values["-execution_order"]],
+            "intra_op_num_threads": int(values["-intra_op_num_threads"]),
+            "inter_op_num_threads": int(values["-inter_op_num_threads"]),
+            "enable_mem_pattern": values["-enable_mem_pattern"] == "1",
+            "enable_cpu_mem_arena": values["-enable_cpu_mem_arena"] == "1",
+        }
+        config = {f"session.{key}": values[f"-{key.rsplit('.', 1)[-1]}"] for key in (
+            "intra_op.allow_spinning", "dynamic_block_base", "disable_prepacking", "set_denormal_as_zero")}
+        enums = {"graph_optimization_level": "GraphOptimizationLevel", "execution_mode": "ExecutionMode",
+                 "execution_order": "ExecutionOrder"}
+        lines = ["import onnxruntime as ort", "", "so = ort.SessionOptions()"]
+        lines += [f"so.{k} = ort.{enums[k]}.{v}" if k in enums else f"so.{k} = {v!r}" for k, v in options.items()]
+        lines += [f"so.add_session_config_entry({k!r}, {v!r})" for k, v in config.items()]
+        lines.append(f"session = ort.InferenceSession({engine!r}, so, providers=[{PROVIDER!r}])")
+        return {"session_options": options, "session_config": config, "providers": [PROVIDER],
+                "provider_options": [{}], "python": "\n".join(lines) + "\n"}
+
     # -- worker side ------------------------------------------------------------------------
     def warm_up(self, spec: BuildSpec) -> None:
         """Import onnxruntime (~25 ms), which the reference run, every build and every load use. (onnx, which

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trt_routes import __version__
-from trt_routes.cache.schema import migrate
+from trt_routes.cache.schema import SCHEMA_VERSION, migrate
 from trt_routes.errors import CacheError, StorageError
 
 if TYPE_CHECKING:
@@ -169,6 +169,9 @@ def stored_reference_keys(path: Path, keys: Iterable[str]) -> set[str] | None:
 class CacheStore:
     """The trial cache at ``path`` (created on first use)."""
 
+    #: opened read-only (``_open_read_only``): a reader of a cache this user may not write
+    read_only: bool = False
+
     def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = Path(path)
         if not create and not self.path.exists():
@@ -190,9 +193,33 @@ class CacheStore:
         except sqlite3.DatabaseError as exc:
             if hasattr(self, "conn"):
                 self.conn.close()
-            raise database_error(exc, self.path, opening=True) from exc
+            error = database_error(exc, self.path, opening=True)
+            if create or not isinstance(error, StorageError) or not self._open_read_only():
+                raise error from exc
         self.warnings: list[str] = []
         self._signatures_written: set[str] = set()  # by add_trial, in this process
+
+    def _open_read_only(self) -> bool:
+        """For a reader (``create=False``: plan, status, explain, trials) of a cache it may not write (a
+        read-only ``caches/``, a file of another user): open it read-only, as an unchanging file (SQLite's
+        ``immutable``: no -wal/-shm to create). False when that fails too, or the file needs a migration that
+        only a writer can make."""
+        from urllib.parse import quote
+
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(self.path.resolve()))}?mode=ro&immutable=1", uri=True)
+        except sqlite3.Error:
+            return False
+        try:
+            if int(conn.execute("PRAGMA user_version").fetchone()[0]) != SCHEMA_VERSION:
+                conn.close()
+                return False
+        except sqlite3.Error:
+            conn.close()
+            return False
+        self.conn = conn
+        self.read_only = True
+        return True
 
     def _quick_check(self) -> None:
         try:

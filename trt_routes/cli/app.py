@@ -137,6 +137,24 @@ def _main(
     """Declarative, cached and auditable build-route tuning."""
 
 
+def utf8_relaunch() -> None:
+    """Under a locale whose encoding is not UTF-8 (``LC_ALL=C PYTHONUTF8=0``), run again in Python's UTF-8
+    mode, workers included (they inherit PYTHONUTF8=1): there a non-ASCII folder name would arrive as
+    surrogate escapes that digests, SQLite and ONNX Runtime's session cannot take. Paths are bytes on
+    POSIX, and the UTF-8 mode reads them as the UTF-8 they almost always are (others stay escaped)."""
+    if sys.flags.utf8_mode or sys.getfilesystemencoding().lower().replace("-", "") == "utf8" or os.name != "posix":
+        return
+    saved = os.environ.get("PYTHONUTF8")
+    os.environ["PYTHONUTF8"] = "1"
+    try:
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    except OSError:  # cannot re-run: go on as we are, workers alike
+        if saved is None:
+            del os.environ["PYTHONUTF8"]
+        else:
+            os.environ["PYTHONUTF8"] = saved
+
+
 def main() -> None:
     """Run the command (the ``trt-routes`` console script), then leave without the
     interpreter's teardown.
@@ -148,6 +166,7 @@ def main() -> None:
     process."""
     import atexit
 
+    utf8_relaunch()
     code: int | str | None = 0
     try:
         app()

@@ -25,17 +25,18 @@ def lock_show(
     manifest: ManifestOpt = Path("tuning.yaml"),
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a job's lock entry (or, with --trtexec, the command that rebuilds its engine)."""
-    from trt_routes.gitops.show import locked_job, trtexec_for
-    from trt_routes.report.gitops import lock_entry_text
+    """Print a job's lock entry and what a serving process must set to run its engine as measured (or,
+    with --trtexec, the command that rebuilds a TensorRT engine)."""
+    from trt_routes.gitops.show import locked_job, serving_for, trtexec_for
+    from trt_routes.report.gitops import lock_entry_text, serving_text
 
     locked = locked_job(manifest, job)
     if trtexec:
         typer.echo(trtexec_for(locked))
     elif as_json:
-        write_json("lock-show", {"job": locked.name, "entry": locked.entry})
+        write_json("lock-show", {"job": locked.name, "entry": locked.entry, "serving": serving_for(locked)})
     else:
-        sys.stdout.write(lock_entry_text(locked.name, locked.entry))
+        sys.stdout.write(lock_entry_text(locked.name, locked.entry) + serving_text(serving_for(locked)))
 
 
 @app.command("check")

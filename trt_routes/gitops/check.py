@@ -11,6 +11,7 @@ import dataclasses
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trt_routes import PROTOCOL_VERSION, canonical
@@ -20,7 +21,7 @@ from trt_routes.errors import LockfileError, RouteError
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile, LockSelection
 from trt_routes.plan.diff import candidates_key, tolerance_change
-from trt_routes.routes import Expression, describe, route_dict
+from trt_routes.routes import Expression, describe, parse_route, route_dict
 from trt_routes.routes import canonical as canonical_route
 from trt_routes.search import cached_search
 from trt_routes.search.job import selection_key
@@ -172,8 +173,34 @@ def _selection_change(job: Job, selection: LockSelection) -> str:
     return f"{head}: " + (", ".join(diff) or "(details not in the lock)")
 
 
+def route_defect(job: Job, route: object) -> str | None:
+    """Why ``route`` (a lock entry's) cannot be a route of ``job``: a knob or value its backend's catalog
+    does not have (None when it parses, or when the backend is not here to ask)."""
+    if job.catalog is None or not isinstance(route, str) or route == DEFAULT_ROUTE:
+        return None
+    try:
+        parse_route(route, job.catalog, source="locked route")
+    except RouteError as exc:
+        return f"the locked route {describe(route)} is not a {job.backend} route: {exc.message}"
+    return None
+
+
+def engine_path_defect(entry: LockEntry, root: Path, engines: Path) -> str | None:
+    """Why the entry's ``engine.path`` (relative to the manifest's folder ``root``) is not a place trt-routes
+    materializes engines: outside the project's engine folder ``engines`` (paths.out), e.g. /etc/passwd."""
+    rel = entry.engine.path if entry.engine else None
+    if not rel:
+        return None
+    if not isinstance(rel, str) or not (root / rel).resolve().is_relative_to(engines.resolve()):
+        return (f"the locked engine path {str(rel)[:120]} is outside the project's engine folder "
+                f"({engines.name}/, paths.out): trt-routes never writes engines there")
+    return None
+
+
 def _candidate_changes(job: Job, entry: LockEntry) -> list[str]:
     assert job.expression is not None and job.catalog is not None
+    if defect := route_defect(job, entry.route):
+        return [defect]
     search = cached_search(job.strategy.mode, job.expression, job.catalog)
     if search.static and job.strategy.max_builds is None:
         static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))

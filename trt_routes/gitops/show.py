@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes.errors import UsageError
-from trt_routes.lockfile import LockEntry, Lockfile
+from trt_routes.lockfile import LockEntry, Lockfile, finite
 from trt_routes.manifest.load import load_manifest
 
 TRTEXEC_BACKEND = "tensorrt"
@@ -26,8 +26,9 @@ class LockedJob:
 
     @property
     def entry(self) -> dict[str, Any]:
-        """The entry as plain data, as it stands in tuning.lock (for printing it)."""
-        return self.record.to_data()
+        """The entry as plain data, as it stands in tuning.lock (for printing it; a number that is not
+        finite is None, as the lock writes it)."""
+        return finite(self.record.to_data())  # type: ignore[no-any-return]
 
 
 def locked_job(manifest: Path, name: str) -> LockedJob:
@@ -76,3 +77,35 @@ def trtexec_for(locked: LockedJob) -> str:
     return trtexec_command(
         _from_cwd(locked.root / model_path), entry.route, entry.profile or {},
         entry.settings or {}, engine_path=_from_cwd(locked.root / engine) if engine else None)
+
+
+def serving_for(locked: LockedJob) -> dict[str, Any]:
+    """What a serving process must set to run the locked engine as it was measured (``Backend.serving``):
+    ``{"backend", "engine", "settings"}``; ``settings`` null where the engine carries everything, with a
+    ``note`` saying where to look instead (TensorRT: ``--trtexec``) or why it cannot be said here."""
+    from trt_routes.backends import registry
+    from trt_routes.errors import RouteError, TrtRoutesError
+    from trt_routes.routes import route_dict
+
+    entry = locked.record
+    backend = entry.backend or "?"
+    engine = _from_cwd(locked.root / entry.engine.path) if entry.engine and entry.engine.path else None
+    out: dict[str, Any] = {"backend": backend, "engine": engine, "settings": None}
+    if entry.route is None or engine is None:
+        return {**out, "note": "the entry has no route or engine: run `trt-routes apply`"}
+    try:
+        impl = registry.get(backend)
+        if (why := impl.unavailable_reason()) is not None:
+            return {**out, "note": f"the {backend} backend is unavailable here ({why}): run this where it is"}
+        settings = impl.serving(route_dict(entry.route), entry.settings or {}, engine)
+    except RouteError as exc:
+        raise UsageError(f"the locked route of {locked.name} is not a {backend} route: {exc.message}",
+                         "restore tuning.lock from git, or run `trt-routes apply` to rewrite the entry") from None
+    except TrtRoutesError as exc:
+        return {**out, "note": f"the {backend} backend cannot say here: {exc.message}"}
+    if settings is None:
+        note = (f"the engine carries the route: `trt-routes lock show {locked.name} --trtexec` rebuilds it"
+                if backend == TRTEXEC_BACKEND else "the engine carries the route: nothing to set")
+        return {**out, "note": note}
+    return {**out, "settings": settings}
+

@@ -24,6 +24,7 @@ from typing import Any
 
 from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError, TrtRoutesError
+from trt_routes.text import NotRegularFileError, read_regular
 
 #: Accuracy algorithm names, case-insensitive, as written by trtexec (``getAlgorithmName``: L0, L1, L2, LInf,
 #: Cosine) or Torch-TensorRT (the user's spelling, which its ``compute_tensor_loss`` takes as l0, l1, l2,
@@ -363,15 +364,28 @@ def parse_tuning_cache(
     return ImportedCache(path=path, header=header, rows=tuple(rows))
 
 
+#: The largest tuning cache read (one row is ~300 bytes: 64 MB is ~200,000 tactic rows).
+MAX_TUNING_CACHE_BYTES = 64 * 1024 * 1024
+
+
 def read_tuning_cache(
     path: str | Path, *, catalog: Catalog | None = None, source: str = "auto"
 ) -> ImportedCache:
     """Read one tuning cache file (trtexec ``best_config.json`` style or one Torch-TensorRT partition)."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        raw = read_regular(file, MAX_TUNING_CACHE_BYTES)
+    except NotRegularFileError as exc:
+        raise TuningCacheFormatError(str(exc), path=str(file)) from None
     except OSError as exc:
-        raise TuningCacheFormatError(f"cannot read: {exc.strerror or exc}", path=str(file)) from exc
+        raise TuningCacheFormatError(f"cannot read: {exc.strerror or exc}", path=str(file)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TuningCacheFormatError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x}): not a tuning cache",
+                                     "pass a bundle from `trt-routes cache export`, a trtexec tuning cache or "
+                                     "a Torch-TensorRT partition file (JSON Lines)", path=str(file),
+                                     line=raw[: exc.start].count(b"\n") + 1) from None
     return parse_tuning_cache(text, path=str(file), catalog=catalog, source=source)
 
 

@@ -29,6 +29,7 @@ from trt_routes.manifest.positions import (
 )
 from trt_routes.manifest.problems import combine, error_at, shown, validation_error
 from trt_routes.manifest.schema import SCHEMA_VERSION, Manifest, Paths
+from trt_routes.text import NotRegularFileError, read_regular
 
 SCHEMA_ID = f"urn:trt-routes:manifest:v{SCHEMA_VERSION}"
 
@@ -106,6 +107,7 @@ def load_manifest(path: Path | str) -> LoadedManifest:
         raise error_at(resolved, text, where, f"the manifest must be a mapping, but the file is {kind}",
                         "start with 'schema_version: 1' and a 'models:' mapping at the top level")
 
+    _check_expansion(resolved, text, root)
     _check_duplicates(resolved, text, root)
     try:
         data = construct(root)
@@ -190,7 +192,10 @@ def _read(path: Path) -> str:
         raise ManifestError(f"the manifest is a folder, not a file: {shown}",
                             f"pass the file itself, e.g. --manifest {path / 'tuning.yaml'}", path=shown)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_MANIFEST_BYTES)
+    except NotRegularFileError as exc:
+        raise ManifestError(f"the manifest {exc}", "point --manifest at the tuning.yaml file itself",
+                            path=shown) from None
     except OSError as exc:
         raise ManifestError(f"cannot read the manifest: {exc.strerror or exc}",
                             "check the file's permissions", path=shown) from None
@@ -233,6 +238,43 @@ def _yaml_hint(problem: str, context: str) -> str:
     if "flow" in context:
         return "close the bracket or brace, and separate items with ','"
     return "check the indentation and quoting on this line and the one before"
+
+
+#: The largest manifest read, and the most nodes its aliases may expand to (a real one has a few hundred).
+MAX_MANIFEST_BYTES = 1024 * 1024
+MAX_MANIFEST_NODES = 100_000
+
+
+def _check_expansion(path: Path, text: str, root: yaml.Node) -> None:
+    """Refuse a manifest whose aliases expand past MAX_MANIFEST_NODES (an alias bomb: nine levels of ten
+    aliases are 10^9 nodes to every walk after this one). Counted once per node, so linear in the text."""
+    size: dict[int, int] = {}
+    entered: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in size:
+            continue
+        if not done and id(node) in entered:  # reached again inside itself
+            where = (node.start_mark.line + 1, node.start_mark.column + 1)
+            raise error_at(path, text, where, "this value contains itself through an alias",
+                           "write the values out instead of the alias ('*name') inside its own anchor")
+        entered.add(id(node))
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in size)
+            continue
+        size[id(node)] = 1 + sum(size.get(id(c), 1) for c in children)
+        if size[id(node)] > MAX_MANIFEST_NODES:
+            where = (node.start_mark.line + 1, node.start_mark.column + 1)
+            raise error_at(path, text, where, f"this value expands to over {MAX_MANIFEST_NODES} YAML nodes "
+                           "through anchors and aliases", "write the values out, or use fewer nested aliases "
+                           "('*name'): a manifest needs a few hundred nodes")
 
 
 def _check_duplicates(path: Path, text: str, root: yaml.Node) -> None:

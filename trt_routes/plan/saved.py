@@ -20,7 +20,7 @@ from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import Plan, stale_reasons
 from trt_routes.project import Project
-from trt_routes.text import loads_bounded
+from trt_routes.text import NotRegularFileError, loads_bounded, read_regular
 
 PLAN_FORMAT = "trt-routes-plan"
 PLAN_VERSION = 1
@@ -97,11 +97,17 @@ def save_plan(path: Path, project: Project, plan: Plan, state: PlanState) -> Non
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+#: The largest saved plan read (a 200-job plan is well under 1 MB).
+MAX_PLAN_BYTES = 64 * 1024 * 1024
+
+
 def load_plan(path: Path) -> SavedPlan:
     """Read a plan written by ``plan --out``; anything else is refused with a clear message."""
     hint = "make one with `trt-routes plan --out FILE`"
     try:
-        data = loads_bounded(Path(path).read_text(encoding="utf-8"))
+        data = loads_bounded(read_regular(path, MAX_PLAN_BYTES).decode("utf-8"))
+    except NotRegularFileError as exc:
+        raise UsageError(f"{path} {exc}", hint) from None
     except FileNotFoundError as exc:
         raise UsageError(f"no saved plan at {path}", hint) from exc
     except (OSError, ValueError) as exc:

@@ -23,25 +23,33 @@ def format_id(name: str) -> str:
 
 
 # -- strict JSON ------------------------------------------------------------------------------------
-def _reason(x: float) -> str:
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+#: canonical.normalize's spelling of non-finite floats, found in stored records (a lock's confirmation
+#: record, an older lock): the same null and reason as the float itself
+_SPELLED = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
+
+
+def _reason(x: Any) -> str | None:
+    """What a non-finite number was ("nan", "inf", "-inf"); None for anything else."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return _SPELLED.get(x) if isinstance(x, str) else None
 
 
 def strict(data: Any) -> Any:
-    """``data`` with every non-finite float replaced by None (and ``<key>_reason`` beside it in objects),
-    tuples as lists and non-JSON leaves as strings."""
+    """``data`` with every non-finite number (a float, or canonical's string "Infinity"/"NaN") replaced by
+    None (and ``<key>_reason`` beside it in objects), tuples as lists and non-JSON leaves as strings."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for k, v in data.items():
             key = str(k)
-            if isinstance(v, float) and not math.isfinite(v):
+            if (why := _reason(v)) is not None:
                 out[key] = None
-                out[f"{key}_reason"] = _reason(v)
+                out[f"{key}_reason"] = why
             else:
                 out[key] = strict(v)
         return out
     if isinstance(data, (list, tuple)):
-        return [None if isinstance(v, float) and not math.isfinite(v) else strict(v) for v in data]
+        return [None if _reason(v) is not None else strict(v) for v in data]
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     return str(data)
@@ -100,8 +108,9 @@ _COUNT_OR_FLAG = {"anyOf": [_INT, _BOOL], "description": "trials (search) or whe
 _APPLY_JOB = _obj({"job": _STR}, {"action": _STR, "built": _COUNT_OR_FLAG, "reused": _COUNT_OR_FLAG,
                                   "error": _STR_OR_NULL,
                                   "lock": {"type": ["object", "null"]}, "route": _STR_OR_NULL})
-_STATUS_ROW = _obj({"job": _STR, "state": {"enum": ["ok", "no-lock", "missing-engine", "digest-mismatch", "stale",
-                                                    "not-in-cache", "blocked", "orphan-lock"]},
+_STATUS_ROW = _obj({"job": _STR, "state": {"enum": ["ok", "no-lock", "invalid-lock", "missing-engine",
+                                                    "digest-mismatch", "stale", "not-in-cache", "blocked",
+                                                    "orphan-lock"]},
                     "detail": _STR, "route": _STR_OR_NULL}, closed=True)
 _KNOB = _obj({"option": _STR, "values": {"type": ["array", "null"]}, "default": {}, "help": _STR_OR_NULL,
               "phase": _STR})
@@ -127,7 +136,10 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                  "default_ms": _NUM_OR_NULL, "chosen_ms": _NUM_OR_NULL, "trials": _list(_OBJ)}, {}),
     "report": ("`report --html FILE`: the file written and how many jobs it shows.",
                {"html": _STR, "jobs": _INT, "with_trials": _INT}, {}),
-    "lock-show": ("`lock show JOB`: the job's tuning.lock entry.", {"job": _STR, "entry": _OBJ}, {}),
+    "lock-show": ("`lock show JOB`: the job's tuning.lock entry, and what a serving process must set to run its "
+                  "engine as measured (``serving.settings``: ONNX Runtime session options and provider options, "
+                  "Inductor compile settings; null with a ``note`` where the engine carries the route).",
+                  {"job": _STR, "entry": _OBJ}, {"serving": _OBJ}),
     "lock-check": ("`lock check`: does tuning.lock match the manifest; each job added, removed or changed.",
                    {"matches": _BOOL, "notes": _STRS,
                     "mismatches": _list(_obj({"job": _STR, "kind": _STR, "details": _STRS}, closed=True))}, {}),
@@ -148,7 +160,9 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "cache-import": ("`cache import FILE`: one report per merged bundle or imported tuning cache.",
                      {"reports": _list(_OBJ)}, {}),
     "cache-push": ("`cache push URL`: what was pushed.",
-                   {"url": _STR, "trials": _INT, "segment": _STR_OR_NULL, "engines": _INT, "skipped": _STRS}, {}),
+                   {"url": _STR, "trials": _INT, "segment": _STR_OR_NULL, "engines": _INT, "skipped": _STRS},
+                   {"resent": {**_INT, "description": "segments this cache had pushed that the remote no longer "
+                                                      "holds; then everything was pushed again"}}),
     "cache-recover": ("`cache recover`: the rows salvaged per table from a damaged cache, and where the damaged "
                       "file was kept.", {"path": _STR, "damaged": _STR, "rows": _COUNTS, "lost": _COUNTS}, {}),
     "trials": ("`trials`: every trial in the cache as a flat record (losses as loss:OUTPUT:METRIC keys).",

@@ -58,3 +58,13 @@ def render_mismatches(mismatches: list[Mismatch], notes: list[str], lock_name: s
 def lock_entry_text(name: str, entry: dict[str, Any]) -> str:
     """One lock entry as it appears in tuning.lock."""
     return yaml.safe_dump({name: entry}, sort_keys=True, default_flow_style=False, allow_unicode=True, width=100)
+
+
+def serving_text(serving: dict[str, Any]) -> str:
+    """``lock show``'s serving section: the snippet to paste (or the note saying why there is none)."""
+    head = f"\n# serving: what a {serving['backend']} process must set to run {serving['engine']} as measured\n"
+    settings = serving.get("settings")
+    if not settings:
+        return head + f"# {serving.get('note', 'nothing to set')}\n"
+    body = settings.get("python") or yaml.safe_dump(settings, sort_keys=True, default_flow_style=False)
+    return head + body

@@ -173,7 +173,7 @@ def job_report(project: Project, job: Job, ex: Explanation, lookup: LossLookup) 
 def collect(project: Project) -> Report:
     """Everything the report shows, read from the lockfile and the trial cache (nothing is written)."""
     lock = project.read_lock()
-    with project.open_cache() as cache:
+    with project.read_cache() as cache:
         lookup = LossLookupFromBlobs(cache, project.store)
         jobs = [job_report(project, job, explain_job(project, job, cache, lock), lookup) for job in project.jobs]
     names = {j.name for j in project.jobs}

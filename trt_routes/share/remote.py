@@ -134,7 +134,11 @@ class Remote:
 
     def check_format(self, create: bool) -> None:
         marker = self.path(MARKER)
+        broken = "the remote is damaged: restore it from a backup, or empty the folder and `cache push` again"
         if self.exists(marker):
+            if not self.fs.isfile(marker):
+                raise CacheError(f"{self.url}/{MARKER} is not a plain file (a folder, FIFO or device), so not the "
+                                 "remote's marker", broken)
             try:
                 size = self.fs.size(marker)
                 if size is not None and size > MAX_MARKER_BYTES:
@@ -143,14 +147,22 @@ class Remote:
                 head = loads_bounded(self.fs.cat_file(marker, start=0, end=MAX_MARKER_BYTES + 1))
             except ValueError as exc:
                 raise CacheError(f"{self.url}/{MARKER} is not JSON ({exc})", "is this a trt-routes remote?") from exc
+            except OSError as exc:
+                raise CacheError(f"{self.url}/{MARKER} cannot be read ({exc.strerror or exc})", broken) from exc
             if not isinstance(head, dict) or head.get("format") != REMOTE_FORMAT:
                 raise CacheError(f"{self.url} is not a trt-routes remote ({MARKER} names another format)")
             version = head.get("version")
-            if not isinstance(version, int) or version > REMOTE_VERSION:
+            if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+                raise CacheError(f"{self.url}/{MARKER}: 'version' is {version!r:.40}, not a layout version "
+                                 f"(a whole number; this trt-routes writes {REMOTE_VERSION})", broken)
+            if version > REMOTE_VERSION:
                 raise CacheError(f"{self.url}: remote layout version {version} is newer than this trt-routes "
                                  f"understands ({REMOTE_VERSION})", "upgrade trt-routes on this machine")
         elif create:
             self.put_bytes(json.dumps({"format": REMOTE_FORMAT, "version": REMOTE_VERSION}).encode(), marker)
+        for part in ("segments", "blobs"):
+            if self.exists(self.path(part)) and not self.fs.isdir(self.path(part)):
+                raise CacheError(f"{self.url}/{part} is a file, not a folder: the remote is broken", broken)
 
     def segments(self) -> tuple[list[str], list[str]]:
         """(segment digests, other names found under segments/)."""
@@ -188,6 +200,10 @@ class Remote:
             self.put_file(local, rpath)
 
     def get_file(self, rpath: str, local: Path) -> None:
+        """Download ``rpath``; on a folder remote only a plain file (a FIFO would wait forever, a device never
+        end): anything else is an OSError, which callers report as a file that could not be read."""
+        if self.local and not self.fs.isfile(rpath):
+            raise OSError(f"{rpath} is not a plain file (a folder, FIFO or device)")
         self.fs.get_file(rpath, str(local))
 
 
@@ -217,11 +233,17 @@ class PushReport:
     engines_present: int = 0
     remeasurements: int = 0
     skipped: list[str] = field(default_factory=list)
+    #: segments this cache recorded pushing that the remote no longer holds (then everything was pushed again)
+    resent: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def text(self) -> str:
+        if self.resent:
+            return (f"{self.url}: the remote no longer holds {self.resent} segment(s) this cache pushed there "
+                    f"(emptied or re-created): pushed everything again, {self.trials} trial(s) and "
+                    f"{self.engines} engine(s) ({self.engines_present} already there)")
         if not self.trials and not self.engines and not self.remeasurements:
             return f"{self.url}: nothing to push (the remote has every trial and engine of this cache)"
         seg = f" as segment {self.segment[:12]}" if self.segment else ""
@@ -241,6 +263,10 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
     store = project.store
     lock = project.read_lock()
     with project.open_cache() as cache:
+        gone = sorted(_state(cache, remote.url, "segment") - set(remote.segments()[0]))
+        if gone:  # emptied or re-created at the same URL: the record of earlier pushes is void
+            everything = True
+            report.resent = len(gone)
         pushed = set() if everything else _state(cache, remote.url, "trial")
         pushed_blobs = set() if everything else _state(cache, remote.url, "blob")
         pushed_remeasurements = set() if everything else _state(cache, remote.url, "remeasurement")
@@ -277,6 +303,9 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
             state += [(remote.url, "remeasurement", r["key"]) for r in remeasured]
             state += [(remote.url, "search", search_row_key(r)) for r in searched]
         remember(cache, remote, pulled=False)
+        if gone:
+            with cache.db.conn:
+                cache.db.execute("DELETE FROM remote_state WHERE remote = ?", [remote.url])
         merge(cache, [], {}, state=state)  # the record of what the remote now holds, one transaction
     return report
 

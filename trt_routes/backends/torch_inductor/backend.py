@@ -233,6 +233,31 @@ class TorchInductorBackend(Backend):
         return {**fixed_config(config.get_config_copy()),
                 **route_config(self.catalog(), route, settings["mode"], settings["device"])}
 
+    def serving(self, route: Mapping[str, str], settings: Mapping[str, Any], engine: str) -> dict[str, Any]:
+        """The Inductor config the route compiles with (every knob acting in the job's mode and device, at the
+        route's value or its default), the model knobs it turns on (channels_last: the module and inputs in
+        that memory format), and the torch.compile call (mode jit) or the AOTInductor package (mode aot).
+        The jit engine file holds the same, with the fixed switches (``inductor_config``)."""
+        mode, device = str(settings.get("mode", "jit")), str(settings.get("device", "cpu"))
+        config = route_config(self.catalog(), route, mode, device)
+        options = model_options(self.catalog(), route)
+        fullgraph = bool(settings.get("fullgraph", False))
+        lines = ["import torch", ""]
+        if options.get("channels_last"):
+            lines.append("model = model.to(memory_format=torch.channels_last)  # and inputs alike")
+        if mode == "aot":
+            lines.append(f"compiled = torch._inductor.aoti_load_package({engine!r})")
+            return {"mode": mode, "inductor_config": config, "model_options": options, "package": engine,
+                    "python": "\n".join(lines) + "\n"}
+        lines += [f"inductor_config = {config!r}",
+                  f"compiled = torch.compile(model, backend='inductor', dynamic=False, fullgraph={fullgraph}, "
+                  "options=inductor_config)"]
+        return {"mode": mode, "inductor_config": config, "model_options": options,
+                "compile": {"backend": "inductor", "dynamic": False, "fullgraph": fullgraph},
+                "run": ("under torch.no_grad(); call torch.compiler.cudagraph_mark_step_begin() before each call"
+                        if config.get("triton.cudagraphs") else "under torch.no_grad()"),
+                "python": "\n".join(lines) + "\n"}
+
     @staticmethod
     def _sync(device: str) -> None:
         if device.startswith("cuda"):
