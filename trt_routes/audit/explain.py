@@ -147,7 +147,7 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
         lookup = LossLookupFromBlobs(cache, project.store)
         search = job_search(job, cache, trials)
         known = outcomes(trials, job.tolerance, lookup)
-        cands = [DEFAULT_ROUTE, *search.candidates(known)]
+        cands = search.verdict_routes(known)
         sel, pending = final_selection(job, trials, cands, cache, entry, lookup)
         budget_note = search_note(search, known)
     others = [t for t in cache.trials_for_job(job.name) if t.group_key != job.group_key]

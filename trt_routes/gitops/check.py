@@ -203,7 +203,7 @@ def _candidate_changes(job: Job, entry: LockEntry) -> list[str]:
         return [defect]
     search = cached_search(job.strategy.mode, job.expression, job.catalog)
     if search.static and job.strategy.max_builds is None:
-        static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
+        static = tuple(search.verdict_routes({}))
         if entry.candidates_key and entry.candidates_key != candidates_key(static):
             return [f"candidate routes changed (switch group '{job.switch_group}' or strategy "
                     f"'{job.strategy_name}')"]

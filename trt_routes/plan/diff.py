@@ -260,7 +260,7 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
     routes = cache.routes(job.group_key) if lazy is None else lazy.routes
     search = job_search(job, cache, routes, winners=winners)
     if search.static and entry is not None and _keys_match(job, entry):
-        static = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates({})]))
+        static = tuple(search.verdict_routes({}))
         if entry.candidates_key == candidates_key(static) and routes >= set(static):
             # same trials, same rule, same candidates: the locked selection stands without re-deriving it
             return _engine_check(job, entry, root, len(static), static), True
@@ -269,7 +269,7 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
     batch = search.next_batch(known)
     if DEFAULT_ROUTE not in known and DEFAULT_ROUTE not in batch:
         batch = [DEFAULT_ROUTE, *batch]
-    cands = tuple(dict.fromkeys([DEFAULT_ROUTE, *search.candidates(known), *batch]))
+    cands = tuple(dict.fromkeys([*search.verdict_routes(known), *batch]))
     pending = search.pending(known)
     reused = sum(1 for r in cands if r in trials)
     if batch or pending:

@@ -8,6 +8,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from trt_routes.routes import DEFAULT_ROUTE
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -44,6 +46,11 @@ class Search(ABC):
     @abstractmethod
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         """Every route proposed so far given ``known``, in order, deduplicated, known ones included."""
+
+    def verdict_routes(self, known: Mapping[str, Outcome]) -> list[str]:
+        """The routes a job's verdict is chosen among: the default route, then every candidate (the one
+        definition plan, apply, lock check and explain share)."""
+        return unique([DEFAULT_ROUTE, *self.candidates(known)])
 
     def next_batch(self, known: Mapping[str, Outcome]) -> list[str]:
         """Routes to measure next (none of them in ``known``); ``[]`` means the search is finished."""

@@ -313,7 +313,7 @@ class Applier(TrialRunner):
         jp, trials, search, job = tuning.jp, tuning.trials, tuning.search, tuning.job
         if search is not None:
             self.search_done(job, search, trials)
-            cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, job.tolerance, self.lookup))]
+            cands = search.verdict_routes(outcomes(trials, job.tolerance, self.lookup))
             tuning.cands = [r for r in dict.fromkeys(cands) if r in trials]
         else:
             tuning.cands = list(jp.candidates)
