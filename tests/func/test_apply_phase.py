@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trt_routes.cache import facts
+from trt_routes.cache import side_tables
 from trt_routes.execute.tasks import TaskResult
 from trt_routes.plan.diff import JobPlan
 from trt_routes.project import open_project
@@ -32,7 +32,7 @@ def test_a_job_cut_while_confirming_stores_what_was_in_flight_and_starts_nothing
     job = project.jobs[0]
     assert job.strategy.confirm is not None
     with project.open_cache() as cache:
-        before = len(facts.remeasurements_for(cache, job.group_key))
+        before = len(side_tables.remeasurements_for(cache, job.group_key))
         applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(),
                           executor=None)  # type: ignore[arg-type]  # nothing is submitted here
         tuning = confirming(job)
@@ -44,7 +44,7 @@ def test_a_job_cut_while_confirming_stores_what_was_in_flight_and_starts_nothing
         applier.take_remeasurement(tuning, TaskResult("ok", meta={"slots": [["", 1.0], [OTHER, 0.5]] * 3}))
         assert tuning.remeasuring is None and tuning.requests == [] and not tuning.busy
         assert tuning.confirm_rounds == 0  # no next round started
-        assert len(facts.remeasurements_for(cache, job.group_key)) == before + 1  # what came back is stored
+        assert len(side_tables.remeasurements_for(cache, job.group_key)) == before + 1  # what came back is stored
 
 
 def test_a_job_whose_confirmation_is_complete_is_not_cut(tuned: Path) -> None:

@@ -16,7 +16,7 @@ from _project import edit_manifest, make_project
 from trt_routes.audit.explain import explain
 from trt_routes.backends import landscape as ls
 from trt_routes.backends.replay import ENV_VAR
-from trt_routes.cache import facts
+from trt_routes.cache import side_tables
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.tune.apply import apply, compute_plan
@@ -202,7 +202,7 @@ def test_noise_level_win_does_not_replace_the_default_with_real_onnxruntime(
     assert ex.decision[0].startswith("default route kept: the best challenger")
     project = open_project(manifest)
     with project.open_cache() as cache:
-        (row,) = facts.remeasurements_for(cache, project.jobs[0].group_key)
+        (row,) = side_tables.remeasurements_for(cache, project.jobs[0].group_key)
     # sequential design (issue 20): each challenger stops once decided, so at most the fixed 12 rounds each,
     # and every challenger's slots are exactly the rounds its verdict used
     assert row["baseline"] == "" and len(row["slots"]) <= 1 + 2 * challengers * 12
@@ -230,7 +230,7 @@ def test_turns_are_sized_by_the_noise_within_the_baseline_trials_repeats(
     assert apply(open_project(manifest)).exit_code == 0
     project = open_project(manifest)
     with project.open_cache() as cache:
-        rows = [r for job in project.jobs for r in facts.remeasurements_for(cache, job.group_key)]
+        rows = [r for job in project.jobs for r in side_tables.remeasurements_for(cache, job.group_key)]
     assert rows and all(r["meta"]["slot_iterations"] == CONFIRM["iterations"] for r in rows), \
         [r["meta"]["slot_iterations"] for r in rows]
 

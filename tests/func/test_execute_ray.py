@@ -14,7 +14,7 @@ import pytest
 from _paths import TESTS
 from _project import edit_manifest, make_project
 
-from trt_routes.cache.facts import remeasurements_for
+from trt_routes.cache.side_tables import remeasurements_for
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.tune.apply import ApplyOptions, apply

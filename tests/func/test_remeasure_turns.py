@@ -11,7 +11,7 @@ import pytest
 from _project import edit_manifest, make_project
 
 from trt_routes.backends.onnxruntime import OnnxRuntimeBackend
-from trt_routes.cache import facts
+from trt_routes.cache import side_tables
 from trt_routes.project import open_project
 from trt_routes.selection.confirm import TURNS_RELOAD, remeasure_key
 from trt_routes.tune.apply import apply, compute_plan
@@ -35,7 +35,7 @@ def test_each_turn_loads_its_engine_and_the_record_says_so(
     assert {o.entry["route"] for o in result.outcomes if o.entry} == {"-sleep_ms=0"}  # confirmed over the default
     project = open_project(manifest)
     with project.open_cache() as cache:
-        rows = [r for job in project.jobs for r in facts.remeasurements_for(cache, job.group_key)]
+        rows = [r for job in project.jobs for r in side_tables.remeasurements_for(cache, job.group_key)]
         trials = int(cache.db["trials"].count)
     assert rows and all(r["meta"]["turns"] == TURNS_RELOAD for r in rows), [r["meta"] for r in rows]
     # every trial loads its engine once; a re-measurement loads each engine once (its warm-up until settled

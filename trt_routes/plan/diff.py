@@ -12,7 +12,7 @@ from typing import Any
 
 from trt_routes import canonical
 from trt_routes.artifacts import file_digest
-from trt_routes.cache import facts
+from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
@@ -414,7 +414,7 @@ def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
 
     def winners() -> Mapping[str, str]:  # read once, only if a job needs it (a plan writes no decision)
         if not memo:
-            memo.append(facts.current_winners(cache))
+            memo.append(side_tables.current_winners(cache))
         return memo[0]
 
     settled = Settled(cache, jobs, lock, root, winners) if Settled.enabled() else None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 
 from trt_routes import canonical
-from trt_routes.cache import facts
+from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore
 from trt_routes.jobs import Job
 from trt_routes.routes import DEFAULT_ROUTE, route_dict
@@ -53,8 +53,8 @@ def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM,
                     winners: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Routes that won for related jobs, nearest first: the same model at another shape on this target,
     the same model on another target, then other models on this target. The default route is left out.
-    ``winners``: ``facts.current_winners(cache)`` if the caller has it already (a plan over many jobs)."""
-    winners = facts.current_winners(cache) if winners is None else winners
+    ``winners``: ``side_tables.current_winners(cache)`` if the caller has it already (a plan over many jobs)."""
+    winners = side_tables.current_winners(cache) if winners is None else winners
     prefix, suffix = f"{job.model}/", f"/{job.target}"
     # nearest first: this model on this target (0), this model elsewhere (1), other models on this target (2)
     ranked = sorted([(0 if name.endswith(suffix) else 1, name) for name in winners
@@ -175,7 +175,7 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     related jobs' winners (a plan reads them once for all its jobs)."""
     assert job.expression is not None and job.catalog is not None
     key = strategy_key(job)
-    row = facts.search_state(cache, job.group_key, key)
+    row = side_tables.search_state(cache, job.group_key, key)
     if row is not None:
         warm = tuple(row["warm"])
     elif job.strategy.mode == "adaptive" and job.strategy.warm_start:
@@ -183,7 +183,7 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     else:
         warm = ()
     if running and row is None:
-        facts.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0)
+        side_tables.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0)
     inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain,
                           job.strategy.max_builds if job.strategy.mode == "adaptive" else None)
     catalog = job.catalog
@@ -196,7 +196,7 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
 def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping[str, Outcome]) -> None:
     """Record what this apply's search spent and whether it stopped at its budget."""
     state = "budget" if search.unfinished(known) else "complete"
-    facts.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), state,
+    side_tables.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), state,
                            search.builds(known), round(search.seconds(), 3))
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 
-from trt_routes.cache import facts
+from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.facts import batch_of
 from trt_routes.jobs import Job
@@ -75,7 +75,7 @@ def stored(cache: CacheStore, job: Job):  # type: ignore[no-untyped-def]
                               turns=turns, design=design, sizing=sizing): rule
                 for design, sizing, rule in itertools.product(READ_DESIGNS, READ_SIZINGS, (False, True))}
         for key, rule in keys.items():
-            data = facts.remeasurement(cache, key, job.group_key)
+            data = side_tables.remeasurement(cache, key, job.group_key)
             if data is None:
                 continue
             m = Remeasurement.from_json(data)

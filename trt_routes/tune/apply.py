@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from trt_routes import memo
-from trt_routes.cache import facts
+from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import CacheError
 from trt_routes.execute.base import Executor
@@ -368,10 +368,10 @@ class Applier(TrialRunner):
         statistic, turns = confirm_statistic(job), confirm_turns(job)
         key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, statistic=statistic,
                             turns=turns)
-        if facts.remeasurement(self.cache, key, job.group_key) is not None:  # stored under another rule, undecided
+        if side_tables.remeasurement(self.cache, key, job.group_key) is not None:  # another rule, undecided
             key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, rule=True,
                                 statistic=statistic, turns=turns)
-        facts.add_remeasurement(self.cache, key, job.group_key, job.name, m.to_json())
+        side_tables.add_remeasurement(self.cache, key, job.group_key, job.name, m.to_json())
         if not tuning.requests and tuning.halt is not Halt.CUT:
             self.next_confirmation_round(tuning)
 
