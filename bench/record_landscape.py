@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trt_routes import PROTOCOL_VERSION, __version__  # noqa: E402
-from trt_routes.artifacts import BlobStore  # noqa: E402
 from trt_routes.backends.landscape import SCHEMA, dump, validate  # noqa: E402
 from trt_routes.execute.local import LocalExecutor  # noqa: E402
 from trt_routes.execute.protocol import settle_spec  # noqa: E402
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TrialTask  # noqa: E402
+from trt_routes.files.artifacts import BlobStore  # noqa: E402
 from trt_routes.jobs import find_job  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.routes import parse_expression, route_dict  # noqa: E402

@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from trt_routes.backends.landscape import Landscape, load, route_seed  # noqa: E402
 from trt_routes.cache import TrialRecord  # noqa: E402
+from trt_routes.evidence.measure import timing_stats  # noqa: E402
 from trt_routes.manifest import Check, Confirm, Tolerance  # noqa: E402
-from trt_routes.measure import timing_stats  # noqa: E402
 from trt_routes.plan import outcomes  # noqa: E402
 from trt_routes.routes import parse_expression  # noqa: E402
 from trt_routes.search import Outcome, Search, make_search  # noqa: E402

@@ -39,8 +39,8 @@ from make_trt_landscapes import make  # noqa: E402
 from trt_routes.backends.landscape import route_seed  # noqa: E402
 from trt_routes.backends.landscape_model import ModelLandscape, validate_model  # noqa: E402
 from trt_routes.cache import TrialRecord  # noqa: E402
+from trt_routes.evidence.measure import timing_stats  # noqa: E402
 from trt_routes.manifest import Check, Tolerance  # noqa: E402
-from trt_routes.measure import timing_stats  # noqa: E402
 from trt_routes.plan import outcomes  # noqa: E402
 from trt_routes.routes import parse_expression  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402

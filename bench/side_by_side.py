@@ -40,11 +40,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trt_routes.artifacts import BlobStore  # noqa: E402
 from trt_routes.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from trt_routes.execute.protocol import SettleSpec  # noqa: E402
 from trt_routes.execute.remeasure import run_remeasure  # noqa: E402
 from trt_routes.execute.tasks import RemeasureTask  # noqa: E402
+from trt_routes.files.artifacts import BlobStore  # noqa: E402
 from trt_routes.project import open_project  # noqa: E402
 from trt_routes.routes import parse_route  # noqa: E402
 from trt_routes.selection import Remeasurement, run_sequential, schedule  # noqa: E402

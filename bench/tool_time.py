@@ -30,7 +30,7 @@ first writes the ``__pycache__`` files; without them each process compiled ~70 m
 as many again). ``--bytecode-off`` keeps the caller's setting. The commands run through a copy of the console script
 pip writes (``CONSOLE_SCRIPT``, a file: a worker spawned from it sees a main module with a file, as a user's do).
 
-The memo of derived facts (``trt_routes.memo``: ONNX Runtime's catalog, the models' graphs) is a folder of the
+The memo of derived facts (``trt_routes.files.memo``: ONNX Runtime's catalog, the models' graphs) is a folder of the
 benchmark's own. By default it is primed, untimed, the way any earlier ``apply`` on this machine leaves it (the
 quickstart's jobs resolved once, the memo saved): the state of a user's second project. ``--cold-memo`` gives
 each timed process an empty one instead: a first ``apply`` on a fresh machine (the coordinator then imports onnx
@@ -100,7 +100,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 def prime_memo(manifest: Path) -> None:
     """Untimed: resolve the project's jobs once and save the memo, as any earlier apply on the machine did."""
-    code = ("import sys\nfrom trt_routes.memo import save\nfrom trt_routes.project import open_project\n"
+    code = ("import sys\nfrom trt_routes.files.memo import save\nfrom trt_routes.project import open_project\n"
             "open_project(sys.argv[1]).jobs\nsave()\n")
     subprocess.run([sys.executable, "-c", code, str(manifest)], env=child_env(), check=True)
 

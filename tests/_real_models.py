@@ -40,7 +40,7 @@ def external_data_mlp(folder: Path, *, location: str = "mlp.onnx.data", name: st
 
 def rewrite_weights(model: Path, seed: int) -> list[Path]:
     """New weights in the external-data file(s) of ``model`` (same sizes); the .onnx bytes stay as they are."""
-    from trt_routes.model_files import read_model_files
+    from trt_routes.files.model_files import read_model_files
 
     files = read_model_files(model)
     rng = np.random.default_rng(seed)

@@ -25,7 +25,7 @@ def load_make_models() -> ModuleType:
 
 @pytest.fixture(scope="session", autouse=True)
 def _memo_folder(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The memo of derived facts (trt_routes.memo) in a folder of this test session, never the user's
+    """The memo of derived facts (trt_routes.files.memo) in a folder of this test session, never the user's
     ~/.cache; workers inherit it."""
     import os
 

@@ -22,6 +22,7 @@ from trt_routes.backends.base import Backend, BuildSpec, InputMismatch, SettingE
 from trt_routes.backends.meters import unmeasurable
 from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, RouteError, TrtRoutesError, UsageError
+from trt_routes.files.model_files import ModelFileError, ModelFiles, read_model_files
 from trt_routes.manifest.load import LoadedManifest
 from trt_routes.manifest.model_check import check_models
 from trt_routes.manifest.schema import (
@@ -34,7 +35,6 @@ from trt_routes.manifest.schema import (
     Tolerance,
     job_name,
 )
-from trt_routes.model_files import ModelFileError, ModelFiles, read_model_files
 from trt_routes.routes import DEFAULT_ROUTE, Expression, parse_expression, parse_route
 from trt_routes.routes import canonical as canonical_route
 from trt_routes.signature import Environment, Signature, job_signature
@@ -91,7 +91,7 @@ class Job:
     #: that coincide kept once). Each is always measured; the job's baseline is then the fastest eligible
     #: of them by median (``baseline_of``), and ``baseline`` above is only the first listed.
     baseline_choices: tuple[tuple[str, str], ...] = ()
-    objective_name: str = ""  # the manifest's objectives: not part of any trial key (trt_routes.facts)
+    objective_name: str = ""  # the manifest's objectives: not part of any trial key (trt_routes.evidence.facts)
     objective: Objective | None = None
 
     @property

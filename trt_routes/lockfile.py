@@ -18,8 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trt_routes import canonical
-from trt_routes.artifacts import atomic_write_text
 from trt_routes.errors import LockfileError
+from trt_routes.files.artifacts import atomic_write_text
 from trt_routes.text import NotRegularFileError, read_regular
 
 LOCK_VERSION = 1
@@ -210,7 +210,7 @@ class LockEntry(LockRecord):
     selection: LockSelection | None = None
     #: the objective that ranked (null: the lowest median, the rule without ``objectives``)
     objective: LockObjective | None = None
-    #: the winner's facts (``trt_routes.facts``: latency.p50/p90/p99, throughput, device_memory_mb,
+    #: the winner's facts (``trt_routes.evidence.facts``: latency.p50/p90/p99, throughput, device_memory_mb,
     #: engine_mb, build_s, energy); a fact the trial lacks is left out
     facts: dict[str, Any] | None = None
 

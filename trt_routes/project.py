@@ -13,9 +13,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trt_routes.artifacts import BlobStore
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import UsageError
+from trt_routes.files.artifacts import BlobStore
 from trt_routes.jobs import Job, resolve_jobs
 from trt_routes.lockfile import Lockfile
 from trt_routes.manifest.load import LoadedManifest, load_manifest
@@ -162,6 +162,6 @@ class LossLookupFromBlobs:
         if output not in outs or output not in refs:
             return None
         atol, rtol = check.l0_params
-        from trt_routes import measure  # numpy: not imported by commands that compute no loss
+        from trt_routes.evidence import measure  # numpy: not imported by commands that compute no loss
 
         return measure.loss(check.metric, outs[output], refs[output], atol=atol, rtol=rtol)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from _project import cli, copy_project
 
-from trt_routes import artifacts
-from trt_routes.artifacts import DIGESTS, BlobStore
 from trt_routes.errors import CacheError
+from trt_routes.files import artifacts
+from trt_routes.files.artifacts import DIGESTS, BlobStore
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.tune.apply import apply

@@ -28,7 +28,7 @@ import pytest
 from _paths import TESTS
 from _project import FAST, edit_manifest, make_project
 
-from trt_routes.artifacts import BlobStore, stale_leftovers, sweep_stale
+from trt_routes.files.artifacts import BlobStore, stale_leftovers, sweep_stale
 
 ENV_BASE = {"TRT_ROUTES_BACKENDS": "faulty=fault_backend:FaultBackend"}
 

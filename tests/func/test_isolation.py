@@ -204,8 +204,8 @@ def test_a_scratch_folder_removed_under_the_worker_does_not_kill_it(tmp_path: Pa
     """On a Ray node, a task's blob store (and the worker's scratch in it) lives in the task's staging
     folder, removed as soon as the result is back, while the worker empties its scratch: the worker died
     there (FileNotFoundError, exit code 1) and the next task, a node probe, failed with 'worker died'."""
-    from trt_routes.artifacts import BlobStore
     from trt_routes.execute import worker
+    from trt_routes.files.artifacts import BlobStore
 
     gone = tmp_path / "task-1" / "store"
     kept = tmp_path / "task-2" / "store"

@@ -1,4 +1,4 @@
-"""The memo of derived facts (trt_routes.memo): an installed ONNX Runtime's catalog and a model's graph, kept
+"""The memo of derived facts (trt_routes.files.memo): an installed ONNX Runtime's catalog and a model's graph, kept
 across projects in the user's cache so that the coordinator plans without importing onnx or onnxruntime.
 Real ONNX Runtime installs, real files, real subprocesses; each process gets its own TRT_ROUTES_MEMO."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from _project import make_project
 
-from trt_routes import memo
+from trt_routes.files import memo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = """
 import json, sys
 from pathlib import Path
-from trt_routes import memo
+from trt_routes.files import memo
 from trt_routes.backends import registry
-from trt_routes.model_files import read_model_files
+from trt_routes.files.model_files import read_model_files
 backend = registry.get("onnxruntime")
 catalog = backend.catalog()
 graph = read_model_files(Path(sys.argv[1]))

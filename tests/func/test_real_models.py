@@ -14,10 +14,10 @@ import pytest
 from _project import write_manifest
 from _real_models import export, external_data_mlp, rewrite_weights
 
-from trt_routes.artifacts import BlobStore
 from trt_routes.execute import remote
 from trt_routes.execute.local import LocalExecutor
-from trt_routes.model_files import read_model_files
+from trt_routes.files.artifacts import BlobStore
+from trt_routes.files.model_files import read_model_files
 from trt_routes.project import open_project
 from trt_routes.tune.apply import Applier, ApplyOptions, SilentReporter
 

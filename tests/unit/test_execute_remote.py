@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from _project import make_project
 
-from trt_routes.artifacts import BlobStore
 from trt_routes.execute import remote
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.tasks import RemeasureTask
+from trt_routes.files.artifacts import BlobStore
 from trt_routes.jobs import Job
 from trt_routes.project import open_project
 from trt_routes.routes import route_dict

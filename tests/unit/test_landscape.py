@@ -13,7 +13,7 @@ from trt_routes.backends import landscape as ls
 from trt_routes.backends.base import BuildSpec
 from trt_routes.backends.replay import ENV_VAR, ReplayBackend, output_with_losses, reference_output
 from trt_routes.errors import UsageError
-from trt_routes.measure import losses
+from trt_routes.evidence.measure import losses
 
 
 def small(**over: Any) -> dict[str, Any]:

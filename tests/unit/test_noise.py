@@ -1,9 +1,9 @@
-"""The busy-host verdict from a trial's recorded noise context (trt_routes/noise.py)."""
+"""The busy-host verdict from a trial's recorded noise context (trt_routes/evidence/noise.py)."""
 
 from __future__ import annotations
 
+from trt_routes.evidence.noise import busy_reason, busy_summary, others_share
 from trt_routes.manifest.schema import Busy, Measurement
-from trt_routes.noise import busy_reason, busy_summary, others_share
 
 
 def test_a_quiet_trial_has_no_verdict() -> None:
@@ -44,8 +44,8 @@ def test_a_window_too_short_to_judge_is_stretched_when_the_verdict_refuses() -> 
     import sys
     import time
 
+    from trt_routes.evidence.noise import JUDGE_TICKS
     from trt_routes.execute.protocol import NoiseContext
-    from trt_routes.noise import JUDGE_TICKS
 
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
              for _ in range(len(os.sched_getaffinity(0)))]
@@ -67,7 +67,7 @@ def test_a_window_too_short_to_judge_is_stretched_when_the_verdict_refuses() -> 
 def test_a_trial_too_short_to_judge_alone_is_judged_with_the_jobs_other_short_trials() -> None:
     """/proc/stat's 10 ms ticks: one stray tick in a 4-tick window reads 25%. Such a trial is not judged
     alone; a job's short trials add their ticks up, and together they say whether the host was busy."""
-    from trt_routes.noise import JUDGE_TICKS, Pooled
+    from trt_routes.evidence.noise import JUDGE_TICKS, Pooled
 
     stray = {"cpu_busy_others": 0.25, "cpu_ticks": 4}
     assert busy_reason(stray, Busy()) is None  # 1 tick of 4: not evidence

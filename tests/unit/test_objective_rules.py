@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from trt_routes import facts
 from trt_routes.backends import landscape as ls
 from trt_routes.backends import meters
 from trt_routes.cache.store import TrialRecord
+from trt_routes.evidence import facts
 from trt_routes.manifest.schema import Objective, Tolerance
 from trt_routes.selection.rank import front_axes, pareto_front, select
 
@@ -151,7 +151,7 @@ def test_latency_quantiles_are_numpys_to_the_last_bit_without_numpy() -> None:
 
     import numpy as np
 
-    from trt_routes.facts import latency_facts
+    from trt_routes.evidence.facts import latency_facts
 
     rng = np.random.default_rng(7)
     for trial in range(3000):
@@ -160,7 +160,7 @@ def test_latency_quantiles_are_numpys_to_the_last_bit_without_numpy() -> None:
              rng.random(n) * 10.0 ** int(rng.integers(-6, 6)), np.round(rng.random(n), 2)][trial % 4]
         assert list(latency_facts(list(x)).values()) == [float(v) for v in np.quantile(x, [0.5, 0.9, 0.99])]
     assert latency_facts([]) == {}
-    code = ("import sys\nfrom trt_routes.facts import latency_facts\nlatency_facts([3.0, 1.0, 2.0])\n"
+    code = ("import sys\nfrom trt_routes.evidence.facts import latency_facts\nlatency_facts([3.0, 1.0, 2.0])\n"
             "print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

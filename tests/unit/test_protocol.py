@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from _project import make_project
 
+from trt_routes.evidence.measure import _block_bootstrap_medians, timing_stats
 from trt_routes.execute import protocol
 from trt_routes.execute.protocol import NoiseContext, SettleSpec, settle, timed_samples
 from trt_routes.manifest.schema import Measurement, Settle
-from trt_routes.measure import _block_bootstrap_medians, timing_stats
 from trt_routes.project import open_project
 from trt_routes.tune.apply import apply
 

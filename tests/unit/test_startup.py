@@ -42,7 +42,7 @@ def test_a_worker_imports_neither_the_manifest_schema_nor_pydantic() -> None:
 
 
 def test_the_units_name_every_fact_of_the_schema() -> None:
-    from trt_routes.facts import UNITS
+    from trt_routes.evidence.facts import UNITS
     from trt_routes.manifest.schema import FACTS
 
     assert set(UNITS) == set(FACTS)

@@ -238,7 +238,7 @@ def test_signature_diff_names_each_field() -> None:
 def test_atomic_writes_get_ordinary_file_permissions(tmp_path: Path) -> None:
     import os
 
-    from trt_routes.artifacts import atomic_write_text
+    from trt_routes.files.artifacts import atomic_write_text
 
     mask = os.umask(0o022)
     os.umask(mask)

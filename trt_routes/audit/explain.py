@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.facts import Front, batch_of
+from trt_routes.evidence.facts import Front, batch_of
+from trt_routes.evidence.noise import busy_summary
 from trt_routes.jobs import Job, find_job
 from trt_routes.lockfile import LockEntry, Lockfile
-from trt_routes.noise import busy_summary
 from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe

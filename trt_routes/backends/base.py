@@ -161,7 +161,7 @@ class Backend(ABC):
         return None
 
     def reported_facts(self, target: Mapping[str, Any]) -> frozenset[str]:
-        """Facts (``trt_routes.facts``) this backend's runners report themselves on ``target`` (a runner's
+        """Facts (``trt_routes.evidence.facts``) this backend's runners report themselves on ``target`` (a runner's
         ``facts()``), beyond what the worker measures; validation lets objectives use them anywhere."""
         return frozenset()
 

@@ -62,7 +62,7 @@ class LandscapeRoute(_Strict):
         default_factory=dict, description="metric -> loss of the one output; null: not finite (NaN/Inf outputs)")
     build_s: float = Field(default=0.0, ge=0)
     facts: dict[str, float] = Field(default_factory=dict, description="recorded facts beside the samples "
-                                    "(device_memory_mb, engine_mb, energy, ...: trt_routes.facts); absent: "
+                                    "(device_memory_mb, engine_mb, energy, ...: trt_routes.evidence.facts); absent: "
                                     "not recorded")
 
     @field_validator("facts")

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trt_routes import catalog as catalog_module
-from trt_routes import memo
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, time_on_host
 from trt_routes.backends.native_log import captured_fd2
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
-from trt_routes.model_files import external_path, onnx_tensors
+from trt_routes.files import memo
+from trt_routes.files.model_files import external_path, onnx_tensors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -313,7 +313,7 @@ class OnnxRuntimeBackend(Backend):
     def _installed(self) -> dict[str, Any]:
         """The installed ONNX Runtime's availability, catalog (``Catalog.to_record``) and software fields.
 
-        Remembered (``trt_routes.memo``) under the install's identity (its files' sizes, mtimes and inodes)
+        Remembered (``trt_routes.files.memo``) under the install's identity (its files' sizes, mtimes and inodes)
         and the source of this module and of ``trt_routes.catalog``, so the coordinator need not import
         onnxruntime (~25 ms) to plan: another install or another knob mapping is probed anew, and only a
         usable install is remembered (a broken import may be mended outside its files)."""

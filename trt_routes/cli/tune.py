@@ -47,7 +47,7 @@ def schema(
                                             "--format list names them.")] = None,
 ) -> None:
     """Print the JSON Schema of tuning.yaml (for editors), or with --format that of a --json output."""
-    from trt_routes.artifacts import atomic_write_text
+    from trt_routes.files.artifacts import atomic_write_text
     from trt_routes.manifest.load import manifest_json_schema
     from trt_routes.report.formats import SCHEMAS, format_id, schema_for
 

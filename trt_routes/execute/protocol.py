@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from trt_routes.backends.base import Feeds, Runner
 from trt_routes.backends.cuda_device import nvml_session
-from trt_routes.noise import JUDGE_TICKS
+from trt_routes.evidence.noise import JUDGE_TICKS
 
 if TYPE_CHECKING:  # a worker imports this module, and needs no manifest (nor pydantic): ~45 ms of its start
     from trt_routes.manifest.schema import Settle

@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trt_routes.artifacts import BlobStore
 from trt_routes.errors import BackendUnavailable, UsageError
 from trt_routes.execute import remote
 from trt_routes.execute.base import ExecutionConfig, InFlightRun, Target, task_target
 from trt_routes.execute.pool import THREAD_VARS
 from trt_routes.execute.tasks import TaskResult
+from trt_routes.files.artifacts import BlobStore
 from trt_routes.signature import Environment
 
 if TYPE_CHECKING:

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.execute.protocol import NoiseContext, settle
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
+from trt_routes.files.artifacts import BlobStore
 from trt_routes.selection.confirm import (
     PILOT_RUNS,
     TURNS_RELOAD,

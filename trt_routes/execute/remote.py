@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trt_routes.artifacts import BlobStore, atomic_copy
 from trt_routes.backends.base import BuildSpec
 from trt_routes.errors import UsageError
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
 from trt_routes.execute.worker import run_reference, run_trial
-from trt_routes.model_files import ModelFileError, ModelFiles, external_path, read_model_files
+from trt_routes.files.artifacts import BlobStore, atomic_copy
+from trt_routes.files.model_files import ModelFileError, ModelFiles, external_path, read_model_files
 
 #: Blob fields of tasks: inputs read from the store (shipped) and results written to it (returned).
 RESULT_BLOBS = ("engine_sha256", "outputs_sha256", "inputs_sha256")

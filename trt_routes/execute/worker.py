@@ -27,13 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_routes import facts, measure
-from trt_routes.artifacts import BlobStore
 from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
 from trt_routes.backends.meters import EnergyMeter, MemoryMeter
 from trt_routes.backends.native_log import captured_fd2
 from trt_routes.errors import StorageError, storage_error
+from trt_routes.evidence import facts, measure
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
@@ -44,6 +43,7 @@ from trt_routes.execute.tasks import (
     WarmupTask,
     healthy,
 )
+from trt_routes.files.artifacts import BlobStore
 
 _DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
            "bool": np.bool_}
@@ -168,7 +168,7 @@ def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine:
 
 def _facts(task: TrialTask, runner: object, result: TaskResult, energy: EnergyMeter,
            memory: MemoryMeter) -> dict[str, object]:
-    """The trial's facts beside its samples (``trt_routes.facts``); the runner's own accounting
+    """The trial's facts beside its samples (``trt_routes.evidence.facts``); the runner's own accounting
     (``runner.facts()``, e.g. a replayed landscape's) replaces what the worker measured. Energy counts
     every run of the engine since the fixed warm-up (warm-up, settle and timed runs) times the batch."""
     batch = facts.batch_of(task.spec.inputs)

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes import __version__
-from trt_routes.artifacts import atomic_write_text
 from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import Exit, LockfileError, UsageError
 from trt_routes.execute.local import LocalExecutor
+from trt_routes.files.artifacts import atomic_write_text
 from trt_routes.gitops.check import LockMismatch, lock_mismatches, signature_drift
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile

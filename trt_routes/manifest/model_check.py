@@ -9,10 +9,10 @@ import difflib
 from collections.abc import Mapping
 
 from trt_routes.errors import ManifestError
+from trt_routes.files.model_files import ModelFiles
 from trt_routes.manifest.load import LoadedManifest
 from trt_routes.manifest.problems import ManifestProblems, render_snippet
 from trt_routes.manifest.schema import DimRange, Model, ReferenceFiles
-from trt_routes.model_files import ModelFiles
 
 INTEGER = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
 POINTS = ("min", "opt", "max")

@@ -181,7 +181,7 @@ class Confirm(Strict):
                               "split over the challengers (Bonferroni)")
 
 
-#: The facts a trial records beside its samples (``trt_routes.facts``): what objectives rank by and limit.
+#: The facts a trial records beside its samples (``trt_routes.evidence.facts``): what objectives rank by and limit.
 FACTS = ("latency.p50", "latency.p90", "latency.p99", "throughput", "device_memory_mb", "engine_mb", "build_s",
          "energy")
 

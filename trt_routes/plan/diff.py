@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes import canonical
-from trt_routes.artifacts import file_digest
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.facts import batch_of
+from trt_routes.evidence.facts import batch_of
+from trt_routes.files.artifacts import file_digest
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Check, Tolerance

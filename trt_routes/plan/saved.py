@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes import __version__
-from trt_routes.artifacts import atomic_write_text
 from trt_routes.cache.store import CacheStore, now
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import UsageError
+from trt_routes.files.artifacts import atomic_write_text
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import Plan, stale_reasons

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes import __version__
-from trt_routes.artifacts import atomic_write_text
 from trt_routes.audit.explain import Explanation, explain_job
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError
-from trt_routes.facts import UNITS
+from trt_routes.evidence.facts import UNITS
+from trt_routes.files.artifacts import atomic_write_text
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.manifest.schema import Tolerance

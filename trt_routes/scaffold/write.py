@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from trt_routes import examples
-from trt_routes.artifacts import atomic_write_bytes, atomic_write_text
 from trt_routes.errors import UsageError
+from trt_routes.files.artifacts import atomic_write_bytes, atomic_write_text
 from trt_routes.manifest.schema import Manifest
 from trt_routes.scaffold.inspect import INTEGER, ModelInfo, inspect_onnx
 

@@ -123,7 +123,7 @@ def turn_runs(statistic: str, iterations: int) -> int:
 
 def turn_value(samples: Sequence[float], statistic: str) -> float:
     """One turn's value: the median of its runs, or their quantile (numpy's linear interpolation, as the
-    trials' stored facts compute it, ``trt_routes.facts.latency_facts``)."""
+    trials' stored facts compute it, ``trt_routes.evidence.facts.latency_facts``)."""
     if statistic == "p50":
         return float(statistics.median(samples))
     import numpy as np

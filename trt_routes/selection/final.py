@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.facts import batch_of
+from trt_routes.evidence.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry
 from trt_routes.search.job import selection_key

@@ -2,7 +2,7 @@
 why every other route lost. Accuracy decides eligibility; without an objective the median time ranks the
 eligible (the rule since the start, messages unchanged).
 
-With an objective (the manifest's ``objectives``, ``trt_routes.facts``): accuracy decides eligibility, then
+With an objective (the manifest's ``objectives``, ``trt_routes.evidence.facts``): accuracy decides eligibility, then
 the objective's ``limits`` filter (a route over a limit, or without the fact, is not eligible: "over the
 limit: engine_mb 250 > 200"), then its ``rank`` fact orders the rest (lower is better; ``throughput``:
 higher), ties to the default route, then fewer knobs. Confirmation (``selection.confirm``) re-measures
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trt_routes import facts as facts_
+from trt_routes.evidence import facts as facts_
 from trt_routes.routes import DEFAULT_ROUTE, describe
 
 if TYPE_CHECKING:  # the cache (and sqlite-utils) and the manifest's schema (and pydantic) stay out of a worker
@@ -43,7 +43,7 @@ class Verdict:
     ci_high: float | None = None
     failed_checks: tuple[str, ...] = ()
     trial_id: str = ""
-    #: the trial's facts (``trt_routes.facts.derived``): latency quantiles, memory, engine size, energy, ...
+    #: the trial's facts (``trt_routes.evidence.facts.derived``): latency quantiles, memory, engine size, energy, ...
     facts: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -178,7 +178,7 @@ def _rank(v: Verdict) -> tuple[float, int, int, str]:
 
 
 def trial_facts(trial: TrialRecord, batch: int | None = None) -> dict[str, float]:
-    """``trial``'s facts: stored ones and what its samples and fields give (``trt_routes.facts.derived``)."""
+    """``trial``'s facts: stored ones and what its samples and fields give (``trt_routes.evidence.facts.derived``)."""
     stored = trial.meta.get("facts") if isinstance(trial.meta, dict) else None
     return facts_.derived(stored if isinstance(stored, dict) else None, trial.samples, trial.median_ms,
                           trial.build_s, batch)

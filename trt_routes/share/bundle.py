@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from trt_routes import __version__, canonical
-from trt_routes.artifacts import atomic_output
 from trt_routes.cache.store import STATUSES, TrialRecord, now
 from trt_routes.errors import CacheError, RouteError
+from trt_routes.files.artifacts import atomic_output
 from trt_routes.routes import parse_route
 from trt_routes.text import is_clean, loads_bounded, sanitize, sanitize_data
 

@@ -23,10 +23,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trt_routes.artifacts import stale_leftovers
 from trt_routes.cache.schema import DERIVED_TABLES
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError
+from trt_routes.files.artifacts import stale_leftovers
 from trt_routes.share.merge import exclusive
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trt_routes.artifacts import BlobStore
 from trt_routes.cache.store import CacheStore, TrialRecord, now
+from trt_routes.files.artifacts import BlobStore
 from trt_routes.project import exclusive as project_exclusive
 from trt_routes.share.bundle import (
     REMEASUREMENT_FIELDS,

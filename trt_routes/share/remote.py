@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trt_routes.artifacts import BlobStore
 from trt_routes.cache.store import CacheStore, now
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError, UsageError
+from trt_routes.files.artifacts import BlobStore
 from trt_routes.share.bundle import BundleError, read_bundle, write_bundle
 from trt_routes.share.merge import (
     check_searches,

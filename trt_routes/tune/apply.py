@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
-from trt_routes import memo
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import CacheError
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
+from trt_routes.files import memo
 from trt_routes.jobs import Job
 from trt_routes.lockfile import Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle

@@ -8,7 +8,7 @@ import time
 from trt_routes import canonical
 from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.facts import batch_of
+from trt_routes.evidence.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import (
     LockEngine,

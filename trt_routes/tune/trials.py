@@ -4,11 +4,11 @@ a cache row. Shared by the coordinator (``trt_routes.tune.apply``) and ``apply -
 from __future__ import annotations
 
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.evidence.noise import Pooled, busy_reason
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import ReferenceTask, TaskResult, TrialTask, reference_task
 from trt_routes.jobs import Job
-from trt_routes.noise import Pooled, busy_reason
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe, route_dict
 from trt_routes.tune.outcome import Reporter
@@ -24,16 +24,16 @@ class HostBusy(JobFailed):
 
 
 def statistics_ready() -> None:
-    """Import the trials' statistics (``trt_routes.measure``: numpy, ~40 ms) now, if not yet. Commands that
+    """Import the trials' statistics (``trt_routes.evidence.measure``: numpy, ~40 ms) now, if not yet. Commands that
     measure nothing do without numpy; apply calls this after submitting a job's reference run (which runs
     meanwhile) and before any trial, whose timing a 40 ms import on the same cores would disturb."""
-    import trt_routes.measure  # noqa: F401
+    import trt_routes.evidence.measure  # noqa: F401
 
 
 def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
     # summarized here rather than in the worker: with the next trial queued behind this one, the worker is
     # already building it while the coordinator does this
-    from trt_routes.measure import timing_stats  # numpy (apply has imported it: ``statistics_ready``)
+    from trt_routes.evidence.measure import timing_stats  # numpy (apply has imported it: ``statistics_ready``)
 
     stats = timing_stats(result.samples, seed=job.measurement.seed,
                          block=job.measurement.iterations) if result.samples and result.status == "ok" else None

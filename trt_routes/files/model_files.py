@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trt_routes import canonical, memo
+from trt_routes import canonical
 from trt_routes.errors import TrtRoutesError
+from trt_routes.files import memo
 
 #: ONNX element types (TensorProto.DataType) by number, named as the manifest names dtypes.
 ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
@@ -111,7 +112,7 @@ def _sha256(path: Path) -> str:
 
 def _graph_facts(path: Path, sha: str) -> dict[str, Any]:
     """The external-data names, graph inputs (initializers left out) and outputs of the model whose bytes hash
-    to ``sha``: remembered (``trt_routes.memo``) under that sha256, the installed onnx and this module's source,
+    to ``sha``: remembered (``trt_routes.files.memo``) under that sha256, the installed onnx and this module's source,
     so a model seen before is not parsed again (nor onnx imported, ~25 ms of every command)."""
     key = {"model": sha, "onnx": memo.package_identity("onnx"), "code": memo.source_identity(__file__)}
     facts = memo.lookup("onnx-graph", key)
