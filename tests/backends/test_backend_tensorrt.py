@@ -964,6 +964,7 @@ def test_gpu_fields_fall_back_to_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- end to end ------------------------------------------------------------------------------------
+@pytest.mark.slow  # an apply end to end
 def test_apply_end_to_end_in_isolated_workers(trt: ModuleType, tmp_path: Path) -> None:
     """`trt-routes apply` builds and measures in spawned workers; the stand-ins reach them through the
     PYTHONPATH of this one subprocess."""

@@ -222,6 +222,7 @@ def digest_of(path: Path) -> str:
     return job.model_digest
 
 
+@pytest.mark.slow  # imports and digests torch models several times
 def test_entry_digest_follows_code_and_weights(tmp_path: Path) -> None:
     path = project(tmp_path, {"m": {"entry": "tiny:mlp", "shapes": SHAPES}})
     first = digest_of(path)
@@ -326,6 +327,7 @@ def test_float16_reference_that_overflows_is_an_error_of_the_reference(tmp_path:
     assert np.isfinite(backend.reference(spec_for(tmp_path, "tiny:overflows"), feeds())["output"]).all()
 
 
+@pytest.mark.slow  # a torch apply end to end
 def test_nonfinite_reference_fails_the_job_not_each_trial(tmp_path: Path) -> None:
     path = project(tmp_path, {"m": {"entry": "tiny:nonfinite", "shapes": SHAPES}})
     result = apply(open_project(path), ApplyOptions())

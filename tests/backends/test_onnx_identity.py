@@ -96,6 +96,7 @@ def test_the_identity_tells_other_graphs_apart(mnv3: Path, tmp_path: Path) -> No
     assert model_identity(tmp_path / "d.onnx") == base  # names alone do not count
 
 
+@pytest.mark.slow  # apply then apply --frozen, end to end
 def test_frozen_verifies_a_model_whose_engine_bytes_are_not_reproducible(mnv3: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -43,6 +43,8 @@ sys.path.insert(0, str(HERE))
 
 from _trt_uses import DYNAMIC, ROOTS, analyze, root_occurrences  # noqa: E402
 
+pytestmark = pytest.mark.slow  # sets up the real bindings and the stub per flavour: ~1 min of setup
+
 FLAVORS = {"cu12": "tensorrt-cu12-bindings>=11.1", "cu13": "tensorrt-cu13-bindings>=11.1"}
 CUDA_PYTHON = {"12": "cuda-bindings>=12,<13", "13": "cuda-bindings>=13"}
 #: What tensorrt-cu12's (and cu13's) sdist ships as tensorrt/__init__.py: the bindings, re-exported.

@@ -167,6 +167,7 @@ def test_build_cost_hints(backend: TorchInductorBackend) -> None:
 # -- side by side in one process -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # compiles and times several torch models: minutes of CPU
 def test_several_compiled_models_of_one_class_time_side_by_side_without_recompiling(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """issue 14: the re-measurement worker loads every engine, then times them interleaved (A B A C ...).

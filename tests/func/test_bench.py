@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from _paths import REPO
 
+pytestmark = pytest.mark.slow  # runs every benchmark script: CPU-burning
+
 BENCH = REPO / "bench"
 LANDSCAPES = BENCH / "landscapes"
 #: one knob with two values, the catalog default among them: the default route and one other

@@ -98,6 +98,7 @@ def _in_batches(corpus: list[Case], n: int) -> list[list[Case]]:
 BATCHES = 8
 
 
+@pytest.mark.slow  # hundreds of manifests through fresh command-line processes: ~90 s of CPU
 @pytest.mark.parametrize("batch", range(BATCHES))
 def test_malformed_manifests_are_refused_cleanly(project: Path, batch: int) -> None:
     corpus = _in_batches(cases(_base(project)), BATCHES)[batch]
@@ -116,6 +117,7 @@ def _one_per_class(corpus: list[Case]) -> list[Case]:
     return list(seen.values())
 
 
+@pytest.mark.slow  # one fresh command-line process per class
 def test_one_manifest_of_each_class_through_the_real_command_line(project: Path) -> None:
     """The same, in real processes: what the user's shell sees (exit code, stderr) for one case of each class."""
     failures = {}

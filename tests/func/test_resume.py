@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from _project import make_project
 
 from trt_routes.lockfile import Lockfile
@@ -35,6 +36,7 @@ def apply_cmd(manifest: Path) -> list[str]:
     return [sys.executable, "-m", "trt_routes.cli.app", "apply", "-m", str(manifest), "--quiet"]
 
 
+@pytest.mark.slow  # kills a real apply mid-run: timing-dependent
 def test_kill_9_then_resume(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     manifest = make_project(tmp_path / "p", tiny_models, mode="full",
                             measurement={"warmup": 3, "iterations": 40, "repeats": 3, "timeout_s": 60})

@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs bench/tool_time.py: a benchmark, CPU-burning
+
 REPO = Path(__file__).resolve().parents[2]
 LAST = re.compile(r"^apply/bare=(\S+) confirm_share=(\S+) outside_measurement=(\S+) "
                   r"noop_plan_adaptive_s=(\S+) noop_apply_adaptive_s=(\S+)$")
