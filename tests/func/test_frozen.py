@@ -271,7 +271,10 @@ def test_search_space_membership_for_adaptive_strategies(tuned: Path) -> None:
     assert in_search_space("-intra_op_num_threads=2", job.expression, job.catalog)
     assert in_search_space("-graph_optimization_level=basic -intra_op_num_threads=1", job.expression, job.catalog)
     assert not in_search_space("-intra_op_num_threads=3", job.expression, job.catalog)
-    assert not in_search_space("-allow_spinning=0", job.expression, job.catalog)
+    assert not in_search_space("-allow_spinning=0", job.expression, job.catalog)  # a knob the group does not vary
+    # a one-knob route holds the other varied knobs at their defaults, listed or not (intra_op's 0 is not)
+    assert in_search_space("-disable:NchwcTransformer=on", job.expression, job.catalog)
+    assert in_search_space("-graph_optimization_level=basic", job.expression, job.catalog)
 
 
 def test_lock_check_reports_a_changed_selection_rule(tuned: Path, tmp_path: Path) -> None:

@@ -70,7 +70,8 @@ def field_diff(old: Any, new: Any) -> list[str]:
 
 
 def in_search_space(route: str, expression: Expression, catalog: Catalog) -> bool:
-    """True when some assignment of the expression's lists (pinned knobs included) gives ``route``."""
+    """True when ``route`` assigns each varied knob one of its listed values or its default (one-knob and
+    combined routes hold the knobs they do not vary at their defaults), and the pinned knobs as pinned."""
     if route == DEFAULT_ROUTE:
         return True  # the default route is measured for every job
     try:
@@ -78,8 +79,9 @@ def in_search_space(route: str, expression: Expression, catalog: Catalog) -> boo
         assign = dict(expression.pinned)
         for token in expression.varied:
             knob = catalog.get(token.option)
-            value = wanted.get(token.option, knob.default if knob is not None else None)
-            if value not in token.values:
+            default = knob.default if knob is not None else None
+            value = wanted.get(token.option, default)
+            if value not in token.values and value != default:
                 return False
             assign[token.option] = value
         return canonical_route(assign, catalog) == route
