@@ -37,7 +37,7 @@ def fresh_clone(manifest: Path, dest: Path, *, lock: bool = True) -> Path:
 def trial_table(project: Project) -> list[tuple[object, ...]]:
     """Every trial row, sorted: compares two caches exactly."""
     with project.open_cache() as cache:
-        return [tuple(r) for r in cache.db.execute("SELECT * FROM trials ORDER BY id")]
+        return [tuple(r) for r in cache.conn.execute("SELECT * FROM trials ORDER BY id")]
 
 
 def tuned_once(tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]) -> Path:

@@ -255,7 +255,7 @@ def test_merge_is_idempotent_and_never_replaces_a_local_row(trials: list[TrialRe
                     for t in b.trials:
                         first.setdefault(t.id, t)
                     merge(cache, b.trials, b.signatures, b.references)
-                tables[name] = [tuple(r) for r in cache.db.execute("SELECT * FROM trials ORDER BY id")]
+                tables[name] = [tuple(r) for r in cache.conn.execute("SELECT * FROM trials ORDER BY id")]
                 for tid, t in first.items():  # the rule: the row that arrived first stands
                     got = cache.get(tid)
                     assert got is not None and (got.created_at, got.host) == (t.created_at, t.host)
@@ -293,14 +293,15 @@ def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) ->
     shutil.copytree(tuned.parent, a)
     with machine(a / "tuning.yaml").open_cache() as cache:
         assert has_table(cache, "remeasurements") and has_table(cache, "searches")
-        searches = [tuple(r) for r in cache.db.execute("SELECT * FROM searches ORDER BY group_key")]
+        searches = [tuple(r) for r in cache.conn.execute("SELECT * FROM searches ORDER BY group_key")]
         t = cache.all_trials()[0]
         row = {"key": "test-" + t.group_key, "group_key": t.group_key, "job": t.job, "baseline": "",
                "challengers": json.dumps([t.route]), "data": json.dumps({"baseline": "", "challengers": [t.route],
                                                                   "slots": [["", 1.0], [t.route, 0.9]]}),
                "created_at": "2025-01-01T00:00:00Z", "host": "h", "tool_version": "0"}
-        with cache.db.conn:
-            cache.db["remeasurements"].insert(row, replace=True)
+        with cache.conn:
+            cache.conn.execute(f"INSERT OR REPLACE INTO remeasurements ({', '.join(row)}) "
+                               f"VALUES ({', '.join('?' * len(row))})", list(row.values()))
     out = tmp_path / "r.tar.gz"
     assert runner.invoke(app, ["cache", "export", str(out), "-m", str(a / "tuning.yaml")]).exit_code == 0
     assert row in read_bundle(out).remeasurements
@@ -308,12 +309,12 @@ def test_remeasurements_travel_with_their_trials(tuned: Path, tmp_path: Path) ->
     assert import_bundle(machine(c), out).remeasurements >= 1
     assert import_bundle(machine(c), out).remeasurements == 0  # idempotent
     with machine(c).open_cache() as cache:
-        got = cache.db.execute("SELECT data FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
+        got = cache.conn.execute("SELECT data FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
     assert got is not None and json.loads(got[0])["challengers"] == [t.route]
     # so do the states of the searches (warm starts, budget spent): a machine that imports plans the same search
     assert searches and all(s[4] != "running" for s in searches)
     with machine(c).open_cache() as cache:
-        assert [tuple(r) for r in cache.db.execute("SELECT * FROM searches ORDER BY group_key")] == searches
+        assert [tuple(r) for r in cache.conn.execute("SELECT * FROM searches ORDER BY group_key")] == searches
     assert import_bundle(machine(c), out).searches == 0  # idempotent
     bad = _write(tmp_path / "bad-search.tar.gz", _rehash(_members(out), "searches.jsonl", b'{"group_key": 1}\n'))
     with pytest.raises(BundleError, match="search row"):

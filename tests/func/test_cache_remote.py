@@ -231,13 +231,13 @@ def test_a_pulled_adaptive_cache_leaves_nothing_to_plan_build_or_remeasure(
     project = machine(b)
     with project.open_cache() as cache:
         plan = compute_plan(project, cache, project.read_lock())
-        remeasured = cache.db.execute("SELECT count(*) FROM remeasurements").fetchone()[0]
+        remeasured = cache.conn.execute("SELECT count(*) FROM remeasurements").fetchone()[0]
     # nothing to tune or re-decide, and the pull materialized the locked engines (not in git)
     assert {j.action for j in plan.jobs} == {"up-to-date"}, {j.job.name: j.reasons for j in plan.jobs}
     result = apply(machine(b))
     assert result.exit_code == 0 and result.built == 0
     with machine(b).open_cache() as cache:
-        assert cache.db.execute("SELECT count(*) FROM remeasurements").fetchone()[0] == remeasured
+        assert cache.conn.execute("SELECT count(*) FROM remeasurements").fetchone()[0] == remeasured
     assert Lockfile.read(b.parent / "tuning.lock").jobs.keys() == Lockfile.read(a.parent / "tuning.lock").jobs.keys()
     for name, entry in Lockfile.read(a.parent / "tuning.lock").jobs.items():
         assert Lockfile.read(b.parent / "tuning.lock").jobs[name]["route"] == entry["route"]
@@ -261,7 +261,7 @@ def test_credentials_are_never_stored_with_a_remote(a: Path, tmp_path: Path) -> 
     remote.options.update({"secret": "s3cr3t", "endpoint_url": "http://AK:SK@host:9000", "client_token": "t0k"})
     with machine(a).open_cache() as cache:
         remember(cache, remote, pulled=False)
-        stored = cache.db.execute("SELECT options FROM remotes WHERE url = ?", [remote.url]).fetchone()[0]
+        stored = cache.conn.execute("SELECT options FROM remotes WHERE url = ?", [remote.url]).fetchone()[0]
     assert json_.loads(stored) == {"auto_mkdir": "true", "endpoint_url": "http://host:9000"}
     raw = (a.parent / "caches" / "trials.sqlite").read_bytes()
     assert b"s3cr3t" not in raw and b"AK:SK" not in raw and b"t0k" not in raw

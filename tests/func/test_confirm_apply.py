@@ -68,7 +68,7 @@ def plan_actions(manifest: Path) -> list[str]:
 def remeasurements(manifest: Path) -> int:
     project = open_project(manifest)
     with project.open_cache() as cache:
-        return int(cache.db["remeasurements"].count)
+        return int(cache.conn.execute("SELECT count(*) FROM remeasurements").fetchone()[0])
 
 
 def test_clear_gain_confirmed_stored_and_no_churn_for_a_noise_level_challenger(
@@ -115,8 +115,8 @@ def test_missing_remeasurement_shows_in_plan_and_apply_measures_only_that(
     apply(open_project(manifest))
     assert locked(manifest) == {"m/a/cpu": "-x=1", "m/b/cpu": "-x=1"}
     project = open_project(manifest)
-    with project.open_cache() as cache, cache.db.conn:
-        cache.db.execute("DELETE FROM remeasurements")
+    with project.open_cache() as cache, cache.conn:
+        cache.conn.execute("DELETE FROM remeasurements")
     project = open_project(manifest)
     with project.open_cache() as cache:
         plan = compute_plan(project, cache, project.read_lock())
@@ -142,7 +142,7 @@ def test_budget_stops_the_search_for_good_and_a_raised_budget_goes_on(
     assert plan_actions(manifest) == ["up-to-date"]  # stopped at its budget: not "tune" forever
     project = open_project(manifest)
     with project.open_cache() as cache:
-        (row,) = cache.db.query("SELECT state, builds FROM searches")
+        (row,) = cache.query("SELECT state, builds FROM searches")
     assert row == {"state": "budget", "builds": 2}
     edit_manifest(manifest, lambda d: d["strategies"]["s"].update(max_builds=3))
     assert plan_actions(manifest) == ["tune"]
@@ -167,7 +167,7 @@ def test_adaptive_warm_starts_from_a_related_jobs_winner(tmp_path: Path, monkeyp
     assert locked(manifest)["m/b/cpu"] == "-x=1 -y=1"
     project = open_project(manifest)
     with project.open_cache() as cache:
-        warm = {r["job"]: json.loads(r["warm"]) for r in cache.db.query("SELECT job, warm FROM searches")}
+        warm = {r["job"]: json.loads(r["warm"]) for r in cache.query("SELECT job, warm FROM searches")}
     assert warm["m/b/cpu"] == ["-x=1 -y=1"] and warm["m/a/cpu"] == []
     assert set(plan_actions(manifest)) == {"up-to-date"}  # warm starts are frozen per job group
 
@@ -250,8 +250,8 @@ def test_re_measurements_of_the_earlier_layout_are_read_not_measured_again(
     before = locked(manifest)
     settings = Confirm(**CONFIRM)
     project = open_project(manifest)
-    with project.open_cache() as cache, cache.db.conn:
-        rows = list(cache.db.execute("SELECT key, group_key, data FROM remeasurements"))
+    with project.open_cache() as cache, cache.conn:
+        rows = list(cache.conn.execute("SELECT key, group_key, data FROM remeasurements"))
         assert rows
         for key, group, data in rows:
             m = Remeasurement.from_json(json.loads(data))
@@ -263,7 +263,7 @@ def test_re_measurements_of_the_earlier_layout_are_read_not_measured_again(
             old = Remeasurement(m.baseline, m.challengers, ((m.baseline, 1.0), *slots[1:]) if slots else (), m.meta)
             for c in m.challengers:
                 assert old.paired_ratios(c) == pytest.approx(m.paired_ratios(c))
-            cache.db.execute("UPDATE remeasurements SET key = ?, data = ? WHERE key = ?",
+            cache.conn.execute("UPDATE remeasurements SET key = ?, data = ? WHERE key = ?",
                              [remeasure_key(group, m.baseline, m.challengers, settings, design="sequential-1"),
                               json.dumps(old.to_json()), key])
     assert set(plan_actions(manifest)) == {"up-to-date"}
@@ -288,14 +288,14 @@ def test_re_measurements_of_the_earlier_turn_sizing_are_read_not_measured_again(
     assert apply(open_project(manifest)).exit_code == 0
     before = locked(manifest)
     project = open_project(manifest)
-    with project.open_cache() as cache, cache.db.conn:
-        rows = list(cache.db.execute("SELECT key, group_key, baseline, challengers FROM remeasurements"))
+    with project.open_cache() as cache, cache.conn:
+        rows = list(cache.conn.execute("SELECT key, group_key, baseline, challengers FROM remeasurements"))
         assert rows
         for key, group, baseline, challengers in rows:
             assert key == remeasure_key(group, baseline, json.loads(challengers), settings)
             old = remeasure_key(group, baseline, json.loads(challengers), settings, sizing="mad-1")
             assert old != key
-            cache.db.execute("UPDATE remeasurements SET key = ? WHERE key = ?", [old, key])
+            cache.conn.execute("UPDATE remeasurements SET key = ? WHERE key = ?", [old, key])
     assert set(plan_actions(manifest)) == {"up-to-date"}
     again = apply(open_project(manifest))
     assert again.built == 0 and remeasurements(manifest) == len(rows) and locked(manifest) == before

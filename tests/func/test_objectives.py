@@ -288,7 +288,7 @@ def test_a_tail_objective_is_confirmed_side_by_side_on_each_turns_p99(
     assert all(r["route"] != "-x=1" for r in conf["vs_default"]["results"])  # its stored p99 is the worst
     project_ = open_project(manifest)
     with project_.open_cache() as cache:
-        rows = list(cache.db.query("select data from remeasurements"))
+        rows = list(cache.query("select data from remeasurements"))
     assert rows and all(json.loads(r["data"])["meta"]["slot_iterations"] >= 1000 for r in rows)
     text = "\n".join(explain(project_, "m/a/cpu").decision)
     assert "p99 latency, the objective's rank, over at least 1000 runs" in text
@@ -337,7 +337,7 @@ def test_onnxruntime_confirms_a_p90_objective_on_a_hundred_runs_a_turn(
     (vs,) = conf["vs_default"]["results"]
     assert vs["passed"] and "p90 latency of the default" in vs["reason"]
     with open_project(manifest).open_cache() as cache:
-        (row,) = [json.loads(r["data"]) for r in cache.db.query("select data from remeasurements")]
+        (row,) = [json.loads(r["data"]) for r in cache.query("select data from remeasurements")]
     assert row["meta"]["slot_iterations"] == 100
     # every slot of the default is a p90 of 100 runs of >= 4 ms sleeps
     assert all(t >= 4.0 for r, t in row["slots"] if r == "")

@@ -36,7 +36,7 @@ def test_each_turn_loads_its_engine_and_the_record_says_so(
     project = open_project(manifest)
     with project.open_cache() as cache:
         rows = [r for job in project.jobs for r in side_tables.remeasurements_for(cache, job.group_key)]
-        trials = int(cache.db["trials"].count)
+        trials = int(cache.conn.execute("SELECT count(*) FROM trials").fetchone()[0])
     assert rows and all(r["meta"]["turns"] == TURNS_RELOAD for r in rows), [r["meta"] for r in rows]
     # every trial loads its engine once; a re-measurement loads each engine once (its warm-up until settled
     # and the turns' sizing), then once more for every turn it times

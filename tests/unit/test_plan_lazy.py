@@ -36,8 +36,8 @@ def test_group_trials_match_the_decoded_group_and_decode_only_what_is_read(tmp_p
 def test_a_corrupt_row_reads_as_missing_with_a_warning(tmp_path: Path) -> None:
     with CacheStore(tmp_path / "c.sqlite") as cache:
         cache.add_trials([rec(0), rec(1)], {})
-        with cache.db.conn:
-            cache.db.execute("UPDATE trials SET losses = '{not json' WHERE route = '-k=1'")
+        with cache.conn:
+            cache.conn.execute("UPDATE trials SET losses = '{not json' WHERE route = '-k=1'")
         lazy = GroupTrials(cache, "g")
         assert "-k=1" not in lazy and list(lazy) == [""]
         assert any("corrupt trial row" in w for w in cache.warnings)
@@ -49,9 +49,9 @@ def test_a_row_deleted_after_the_listing_reads_as_missing_even_if_its_rowid_is_r
     with CacheStore(tmp_path / "c.sqlite") as cache:
         cache.add_trials([rec(0), rec(1)], {})
         lazy = GroupTrials(cache, "g")
-        with cache.db.conn:
-            cache.db.execute("DELETE FROM trials WHERE route = '-k=1'")
+        with cache.conn:
+            cache.conn.execute("DELETE FROM trials WHERE route = '-k=1'")
         cache.add_trials([rec(7, group="other")], {})  # takes the freed largest rowid
-        assert cache.db.execute("SELECT group_key FROM trials WHERE rowid = ?", [lazy.rowids["-k=1"]]).fetchone() \
+        assert cache.conn.execute("SELECT group_key FROM trials WHERE rowid = ?", [lazy.rowids["-k=1"]]).fetchone() \
             == ("other",)
         assert "-k=1" not in lazy and lazy.get("-k=1") is None and "" in lazy

@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run([sys.executable, "-P", "-c", f"{code}\nimport sys\nprint(' '.join(sys.modules))"],
@@ -15,23 +13,10 @@ def _modules_after(code: str) -> set[str]:
     return set(out.split())
 
 
-def test_the_cache_does_not_import_pandas_and_pandas_still_imports_after() -> None:
-    pytest.importorskip("pandas")  # where pandas is installed, sqlite-utils would import it (130 ms)
-    assert "pandas" not in _modules_after("import trt_routes.cli.app, trt_routes.cache")
-    assert "pandas" in _modules_after("import trt_routes.cache\nimport pandas")  # the block was lifted
-
-
-def test_the_cache_does_not_import_numpy_and_numpy_still_imports_after() -> None:
-    """sqlite-utils imports numpy (40 ms) only to map numpy scalar types to columns; the cache creates its
-    tables from Python types, and the block is lifted at once."""
-    assert "numpy" not in _modules_after("import trt_routes.cli.app, trt_routes.cache")
-    assert "numpy" in _modules_after("import trt_routes.cache\nimport numpy")
-
-
 def test_a_worker_imports_neither_the_manifest_loader_nor_the_cache() -> None:
     loaded = _modules_after("import trt_routes.execute.worker, trt_routes.execute.tasks")
     assert "trt_routes.manifest.load" not in loaded and "yaml" not in loaded
-    assert "trt_routes.cache.store" not in loaded and "sqlite_utils" not in loaded
+    assert "trt_routes.cache.store" not in loaded
 
 
 def test_a_worker_imports_neither_the_manifest_schema_nor_pydantic() -> None:
@@ -106,28 +91,21 @@ def test_a_worker_spawned_from_a_script_does_not_run_the_script_again(tmp_path: 
 #: command's first trt-routes call after the project is loaded.
 
 
-#: Runs the console script's ``main`` on argv[1:]; at exit prints how many workers it started, whether
-#: sqlite-utils and filelock were imported, and how many times the project's jobs were resolved.
-
-
-
-
-#: Runs the console script's ``main`` on argv[1:]; at exit prints whether numpy, sqlite-utils and filelock
-#: were imported.
+#: Runs the console script's ``main`` on argv[1:]; at exit prints whether numpy, pandas and filelock were
+#: imported.
 _IMPORTS_PROBE = """
 import atexit, sys
 sys.argv = ["trt-routes", *sys.argv[1:]]
-atexit.register(lambda: print("PROBE", *(m in sys.modules for m in ("numpy", "sqlite_utils", "filelock")),
+atexit.register(lambda: print("PROBE", *(m in sys.modules for m in ("numpy", "pandas", "filelock")),
                               flush=True))
 from trt_routes.cli.app import main
 main()
 """
 
 
-def test_plan_and_status_import_neither_numpy_nor_sqlite_utils_and_apply_no_sqlite_utils(tmp_path: Path) -> None:
-    """numpy is for measuring: a no-op plan or status reads stored facts without it. The cache goes through
-    sqlite3 alone (sqlite-utils, click, pluggy: ~30 ms), a first apply creating it too, and plan takes no
-    project lock (filelock)."""
+def test_plan_and_status_import_neither_numpy_nor_pandas_and_apply_no_pandas(tmp_path: Path) -> None:
+    """numpy is for measuring: a no-op plan or status reads stored facts without it; pandas is only for
+    trt_routes.api's DataFrames; plan takes no project lock (filelock)."""
     from _project import make_project
     from conftest import load_make_models
 
@@ -139,6 +117,6 @@ def test_plan_and_status_import_neither_numpy_nor_sqlite_utils_and_apply_no_sqli
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout.splitlines()[-1]
 
-    assert run("apply") == "PROBE True False True"  # measured (numpy), the lock taken, no sqlite-utils
+    assert run("apply") == "PROBE True False True"  # measured (numpy), the lock taken, no pandas
     assert run("plan") == "PROBE False False False"
     assert run("status") == "PROBE False False False"

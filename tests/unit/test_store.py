@@ -40,7 +40,7 @@ def test_trials_round_trip_and_group_by_key(tmp_path: Path) -> None:
 
 
 def test_the_migrations_make_the_schema_sqlite_utils_made(tmp_path: Path) -> None:
-    """The migrations are SQL since a fresh cache stopped importing sqlite-utils; the tables, indexes and
+    """The migrations are SQL (trt-routes no longer depends on sqlite-utils); the tables, indexes and
     triggers they make are, statement for statement, those of a cache that sqlite-utils' ``Table.create`` made
     (``tests/fixtures/cache-schema-4.json``, written by that code), so both kinds of cache read and migrate
     alike."""
@@ -52,23 +52,6 @@ def test_the_migrations_make_the_schema_sqlite_utils_made(tmp_path: Path) -> Non
         assert [list(r) for r in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")] \
             == golden["sqlite_master"]
         assert conn.execute("PRAGMA user_version").fetchone()[0] == golden["user_version"] == SCHEMA_VERSION
-
-
-def test_stored_reference_keys_reads_without_writing(tmp_path: Path) -> None:
-    """What apply's early worker hint asks before the cache is opened: a cache not made yet holds none and is not
-    created; a cache that cannot be read says None; otherwise the keys among those asked."""
-    from trt_routes.cache.store import stored_reference_keys
-
-    path = tmp_path / "c.sqlite"
-    assert stored_reference_keys(path, ["a"]) == set() and not path.exists()
-    with CacheStore(path) as cache:
-        cache.add_reference("a", "i", "o")
-        cache.add_reference("b", "i", "o")
-    before = path.stat().st_mtime_ns
-    assert stored_reference_keys(path, ["a", "c"]) == {"a"}
-    assert path.stat().st_mtime_ns == before
-    (tmp_path / "bad.sqlite").write_bytes(b"not a database at all, not even close" * 10)
-    assert stored_reference_keys(tmp_path / "bad.sqlite", ["a"]) is None
 
 
 def test_newer_cache_schema_is_refused(tmp_path: Path) -> None:
@@ -84,23 +67,22 @@ def test_an_older_cache_gains_change_counters_that_every_writer_bumps(tmp_path: 
     """Schema 4 (plan.settled): a cache of schema 3 with trials in it is migrated in place; from then on the
     triggers count each insert, update and delete of a group's trials, re-measurements and search state,
     made through trt-routes or past it."""
-    import sqlite_utils
-
     from trt_routes.cache.schema import MIGRATIONS
 
     path = tmp_path / "c.sqlite"
-    db = sqlite_utils.Database(path)
+    db = sqlite3.connect(path)
     for step in MIGRATIONS[:3]:
-        step(db.conn)
+        step(db)
     db.execute("PRAGMA user_version = 3")
-    db["trials"].insert(rec(1).to_row())
-    db.conn.commit()
+    row = rec(1).to_row()
+    db.execute(f"INSERT INTO trials ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    db.commit()
     db.close()
     with CacheStore(path) as cache:
         assert cache.group_versions(["g", "other"]) == {"g": 0, "other": 0}  # counting starts now
         cache.add_trial(rec(2))
         assert cache.group_versions(["g"]) == {"g": 1}
-        conn = cache.db.conn
+        conn = cache.conn
         with conn:
             conn.execute("UPDATE trials SET median_ms = 9 WHERE id = 't1'")
             conn.execute("UPDATE trials SET group_key = 'other' WHERE id = 't2'")  # counts for both groups
@@ -178,7 +160,7 @@ def test_corrupt_row_is_skipped_with_a_warning(tmp_path: Path) -> None:
     with CacheStore(tmp_path / "c.sqlite") as cache:
         cache.add_trial(rec(1))
         cache.add_trial(rec(2))
-        cache.db.execute("UPDATE trials SET losses = '{broken' WHERE id = 't1'")
+        cache.conn.execute("UPDATE trials SET losses = '{broken' WHERE id = 't1'")
         assert list(cache.group("g")) == ["-k=2"]
         assert cache.warnings and "t1" in cache.warnings[0]
 

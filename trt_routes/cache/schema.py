@@ -140,8 +140,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Bring the database to SCHEMA_VERSION inside one transaction; refuse newer versions. A cache already at
-    SCHEMA_VERSION costs one PRAGMA. The migrations are SQL statements on ``conn``: a fresh cache is made
-    without importing sqlite-utils (~30 ms of a first apply's path to its first task)."""
+    SCHEMA_VERSION costs one PRAGMA. The migrations are SQL statements on ``conn``."""
     current = _version(conn, path)
     if current == SCHEMA_VERSION:
         return

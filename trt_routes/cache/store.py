@@ -1,6 +1,5 @@
-"""SQLite store of trials: reads and per-trial writes through ``sqlite3``, table inserts and migrations through
-sqlite-utils over the same connection (imported on first use: a no-op plan never needs it). Only the
-coordinating process opens it.
+"""SQLite store of trials, through the standard library's ``sqlite3`` (migrations, reads, writes, bulk inserts).
+Only the coordinating process opens it.
 
 Each trial is written in its own transaction as soon as it finishes, so a killed run keeps every
 finished trial. A corrupt row is reported and skipped (it reads as a miss), never fatal.
@@ -22,14 +21,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from trt_routes import __version__
 from trt_routes.cache.schema import SCHEMA_VERSION, migrate
 from trt_routes.errors import CacheError, StorageError
-
-if TYPE_CHECKING:
-    import sqlite_utils
 
 LIGHT_COLUMNS = ", ".join(
     ["id", "group_key", "job", "route", "signature", "model_digest", "shape_key", "settings_key",
@@ -149,23 +145,6 @@ class TrialRecord:
         return cls(**data)
 
 
-def stored_reference_keys(path: Path, keys: Iterable[str]) -> set[str] | None:
-    """Which of ``keys`` the cache at ``path`` holds a reference run for, read-only (no migration, no lock, no
-    file created); an empty set for a cache not made yet, None for one that cannot be read now."""
-    wanted = sorted(set(keys))
-    if not path.exists():
-        return set()
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)
-        try:
-            return {row[0] for row in conn.execute(
-                f"SELECT key FROM [references] WHERE key IN ({', '.join('?' * len(wanted))})", wanted)}
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return None
-
-
 class CacheStore:
     """The trial cache at ``path`` (created on first use)."""
 
@@ -232,17 +211,8 @@ class CacheStore:
         if problems != ["ok"]:
             raise sqlite3.DatabaseError("; ".join(problems)[:300])
 
-    @functools.cached_property
-    def db(self) -> sqlite_utils.Database:
-        """sqlite-utils over this store's connection, imported on first use (``trt_routes.cache.sqlite``): bulk
-        inserts (bundles, merges) and maintenance. Reads and apply's writes (one statement or two each) go
-        through ``conn`` and ``query``, so an apply never imports it (~30 ms on its path to the first task)."""
-        from trt_routes.cache.sqlite import database
-
-        return database(self.conn)
-
     def query(self, sql: str, params: Iterable[Any] = ()) -> Iterator[dict[str, Any]]:
-        """The rows of ``sql`` as dicts keyed by column name (as sqlite-utils' ``Database.query`` gives them)."""
+        """The rows of ``sql`` as dicts keyed by column name."""
         cur = self.conn.execute(sql, list(params))
         names = [d[0] for d in cur.description]
         return (dict(zip(names, row, strict=True)) for row in cur)
@@ -279,13 +249,15 @@ class CacheStore:
         """Insert many trials in one transaction; existing ids are kept (trials are immutable)."""
         rows = [t.to_row() for t in trials]
         with self.conn:
-            for sig, fields in signatures.items():
-                self.db.table("signatures").insert(
-                    {"hash": sig, "fields": json.dumps(fields, sort_keys=True), "first_seen": now()},
-                    pk="hash", ignore=True,
-                )
+            self.conn.executemany("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
+                                  [(sig, json.dumps(fields, sort_keys=True), now())
+                                   for sig, fields in signatures.items()])
             before = self.count()
-            self.db.table("trials").insert_all(rows, pk="id", ignore=True, batch_size=500)
+            if rows:
+                cols = list(rows[0])
+                self.conn.executemany(
+                    f"INSERT OR IGNORE INTO trials ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                    [[row[c] for c in cols] for row in rows])
             return self.count() - before
 
     @_guarded

@@ -81,7 +81,7 @@ def in_search_space(route: str, expression: Expression, catalog: Catalog) -> boo
             knob = catalog.get(token.option)
             default = knob.default if knob is not None else None
             value = wanted.get(token.option, default)
-            if value not in token.values and value != default:
+            if value is None or (value not in token.values and value != default):
                 return False
             assign[token.option] = value
         return canonical_route(assign, catalog) == route

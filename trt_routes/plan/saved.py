@@ -41,11 +41,11 @@ def cache_state(cache: CacheStore) -> tuple[str, int]:
     reference. Any trial added, replaced or deleted changes the digest."""
     h = hashlib.sha256()
     count = 0
-    for row in cache.db.execute("SELECT id, status, created_at, engine_sha256 FROM trials ORDER BY id"):
+    for row in cache.conn.execute("SELECT id, status, created_at, engine_sha256 FROM trials ORDER BY id"):
         h.update(("\x1f".join(str(v) for v in row) + "\n").encode())
         count += 1
     h.update(b"--references--\n")
-    for row in cache.db.execute("SELECT key, inputs_sha256, outputs_sha256 FROM [references] ORDER BY key"):
+    for row in cache.conn.execute("SELECT key, inputs_sha256, outputs_sha256 FROM [references] ORDER BY key"):
         h.update(("\x1f".join(str(v) for v in row) + "\n").encode())
     return h.hexdigest(), count
 

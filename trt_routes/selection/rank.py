@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from trt_routes.evidence import facts as facts_
 from trt_routes.routes import DEFAULT_ROUTE, describe
 
-if TYPE_CHECKING:  # the cache (and sqlite-utils) and the manifest's schema (and pydantic) stay out of a worker
+if TYPE_CHECKING:  # the cache and the manifest's schema (and pydantic) stay out of a worker
     from trt_routes.cache.store import TrialRecord  # process, which unpickles Stopping
     from trt_routes.manifest.schema import Check, Objective, Tolerance
 

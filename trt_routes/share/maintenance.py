@@ -85,7 +85,7 @@ def stats(project: Project) -> Stats:
     store = project.store
     shas = store.iter_shas()
     with project.open_cache() as cache:
-        db = cache.db
+        db = cache.conn
 
         def counts(col: str) -> dict[str, int]:
             return {str(k): n for k, n in db.execute(f"SELECT {col}, count(*) FROM trials GROUP BY {col} "
@@ -142,7 +142,7 @@ def gc(project: Project, *, dry_run: bool = False, older_than_days: float | None
     lock_engines, lock_trials, lock_sigs = lock_refs(project)
     current = {j.signature.hash for j in project.jobs if j.signature is not None}
     with exclusive(project, "cache gc"), project.open_cache() as cache:
-        db = cache.db
+        db = cache.conn
         drop_ids: list[str] = []
         if older_than_days is not None:
             cutoff = (datetime.now(UTC) - timedelta(days=older_than_days)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -178,8 +178,8 @@ def gc(project: Project, *, dry_run: bool = False, older_than_days: float | None
         if dry_run:
             return report
         if drop_ids:
-            with db.conn:
-                db.conn.executemany("DELETE FROM trials WHERE id = ?", [(i,) for i in drop_ids])
+            with db:
+                db.executemany("DELETE FROM trials WHERE id = ?", [(i,) for i in drop_ids])
                 db.execute("DELETE FROM signatures WHERE hash NOT IN (SELECT DISTINCT signature FROM trials)")
         for sha in doomed:  # after the rows are gone: a crash in between leaves only unreferenced blobs
             store.path(sha).unlink(missing_ok=True)
@@ -312,32 +312,32 @@ def recover(project: Project) -> RecoverReport:
             Path(str(fresh) + suffix).unlink(missing_ok=True)
         try:
             with CacheStore(fresh) as new:  # the current schema, empty
-                tables = [r[0] for r in new.db.execute(  # derived tables are not facts: left to be rebuilt
+                tables = [r[0] for r in new.conn.execute(  # derived tables are not facts: left to be rebuilt
                     "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
                     if r[0] not in DERIVED_TABLES]
                 src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
                 try:
-                    with new.db.conn:
+                    with new.conn:
                         for table in tables:
                             rows, cols, lost = _salvage(src, table)
-                            keep = [r[1] for r in new.db.execute(f"PRAGMA table_info([{table}])")]
+                            keep = [r[1] for r in new.conn.execute(f"PRAGMA table_info([{table}])")]
                             picked = [i for i, c in enumerate(cols) if c in keep]
                             names = ", ".join(f"[{cols[i]}]" for i in picked)
                             sql = (f"INSERT OR IGNORE INTO [{table}] ({names}) "
                                    f"VALUES ({', '.join('?' * len(picked))})")
-                            before = new.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0]
+                            before = new.conn.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0]
                             for row in rows:
                                 try:
-                                    new.db.execute(sql, [row[i] for i in picked])
+                                    new.conn.execute(sql, [row[i] for i in picked])
                                 except sqlite3.DatabaseError:
                                     lost += 1
-                            report.rows[table] = new.db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0] \
+                            report.rows[table] = new.conn.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0] \
                                 - before
                             if lost:
                                 report.lost[table] = lost
                 finally:
                     src.close()
-                new.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                new.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             for suffix in ("", "-wal", "-shm"):  # the damaged file and its journal, kept together
                 if Path(str(path) + suffix).exists():
                     os.replace(str(path) + suffix, str(damaged) + suffix)

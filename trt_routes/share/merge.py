@@ -90,7 +90,7 @@ def existing_trials(cache: CacheStore, ids: Iterable[str]) -> dict[str, TrialRec
     """Rows already in the cache for ``ids`` (None for a row that does not decode: it is replaced)."""
     out: dict[str, TrialRecord | None] = {}
     for chunk in _chunks(sorted(set(ids))):
-        rows = cache.db.query(f"SELECT * FROM trials WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+        rows = cache.query(f"SELECT * FROM trials WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
         for row in rows:
             try:
                 out[row["id"]] = TrialRecord.from_row(row)
@@ -100,7 +100,7 @@ def existing_trials(cache: CacheStore, ids: Iterable[str]) -> dict[str, TrialRec
 
 
 def has_table(cache: CacheStore, name: str) -> bool:
-    return cache.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name]).fetchone() \
+    return cache.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name]).fetchone() \
         is not None
 
 
@@ -118,9 +118,9 @@ def _merge_remeasurements(cache: CacheStore, rows: list[dict[str, str]], prefer_
     changed = 0
     cols = ", ".join(REMEASUREMENT_FIELDS)
     for row in rows:
-        old = cache.db.execute(f"SELECT {cols} FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
+        old = cache.conn.execute(f"SELECT {cols} FROM remeasurements WHERE key = ?", [row["key"]]).fetchone()
         if old is None or (prefer_incoming and rank(row) != rank(dict(zip(REMEASUREMENT_FIELDS, old, strict=True)))):
-            cache.db.execute(f"INSERT OR REPLACE INTO remeasurements ({cols}) VALUES "
+            cache.conn.execute(f"INSERT OR REPLACE INTO remeasurements ({cols}) VALUES "
                              f"({', '.join('?' * len(REMEASUREMENT_FIELDS))})",
                              [row[k] for k in REMEASUREMENT_FIELDS])
             changed += 1
@@ -151,7 +151,7 @@ def _merge_searches(cache: CacheStore, rows: list[dict[str, Any]]) -> int:
     changed = 0
     cols = ", ".join(SEARCH_FIELDS)
     for row in rows:
-        old = cache.db.execute(f"SELECT {cols} FROM searches WHERE group_key = ? AND strategy_key = ?",
+        old = cache.conn.execute(f"SELECT {cols} FROM searches WHERE group_key = ? AND strategy_key = ?",
                                [row["group_key"], row["strategy_key"]]).fetchone()
         mine: dict[str, Any] | None = None
         if old is not None:
@@ -160,8 +160,9 @@ def _merge_searches(cache: CacheStore, rows: list[dict[str, Any]]) -> int:
             except BundleError:
                 mine = None  # a row that does not decode is replaced
         if mine is None or search_rank(row) > search_rank(mine):
-            cache.db.execute(f"INSERT OR REPLACE INTO searches ({cols}) VALUES ({', '.join('?' * len(SEARCH_FIELDS))})",
-                             [row[k] for k in SEARCH_FIELDS])
+            marks = ", ".join("?" * len(SEARCH_FIELDS))
+            cache.conn.execute(f"INSERT OR REPLACE INTO searches ({cols}) VALUES ({marks})",
+                               [row[k] for k in SEARCH_FIELDS])
             changed += 1
     return changed
 
@@ -185,7 +186,7 @@ def check_searches(cache: CacheStore, trials: list[TrialRecord], searches: list[
         if t.group_key in counts:
             counts[t.group_key].add(t.id)
     for chunk in _chunks(groups):
-        for gk, tid in cache.db.execute(
+        for gk, tid in cache.conn.execute(
                 f"SELECT group_key, id FROM trials WHERE group_key IN ({', '.join('?' * len(chunk))})", chunk):
             counts[gk].add(tid)
     for r in searches:
@@ -213,9 +214,9 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
     write: list[TrialRecord] = []
     if searches:
         check_searches(cache, trials, searches, source, where)
-    with cache.db.conn:
+    with cache.conn:
         for sig, fields_ in sorted(signatures.items()):
-            cur = cache.db.execute("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
+            cur = cache.conn.execute("INSERT OR IGNORE INTO signatures (hash, fields, first_seen) VALUES (?, ?, ?)",
                                    [sig, json.dumps(fields_, sort_keys=True), now()])
             report.signatures += cur.rowcount
         have = existing_trials(cache, incoming)
@@ -234,18 +235,18 @@ def merge(cache: CacheStore, trials: list[TrialRecord], signatures: dict[str, di
                 report.kept += 1
         if write:
             cols = list(write[0].to_row())
-            cache.db.conn.executemany(
+            cache.conn.executemany(
                 f"INSERT OR REPLACE INTO trials ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                 [list(t.to_row().values()) for t in write])
         for ref in references:
-            cur = cache.db.execute(
+            cur = cache.conn.execute(
                 "INSERT OR IGNORE INTO [references] (key, inputs_sha256, outputs_sha256, created_at) "
                 "VALUES (?, ?, ?, ?)", [ref["key"], ref["inputs_sha256"], ref["outputs_sha256"], ref["created_at"]])
             report.references += cur.rowcount
         report.remeasurements = _merge_remeasurements(cache, remeasurements or [], prefer_incoming)
         report.searches = _merge_searches(cache, searches or [])
         at = now()
-        cache.db.conn.executemany("INSERT OR IGNORE INTO remote_state (remote, kind, key, at) VALUES (?, ?, ?, ?)",
+        cache.conn.executemany("INSERT OR IGNORE INTO remote_state (remote, kind, key, at) VALUES (?, ?, ?, ?)",
                                   [(r, k, key, at) for r, k, key in state])
     return report
 
@@ -308,10 +309,10 @@ def _group_rows(cache: CacheStore, table: str, fields: Sequence[str],
         return
     cols = ", ".join(fields)
     if trials is None:
-        yield from cache.db.execute(f"SELECT {cols} FROM {table}")
+        yield from cache.conn.execute(f"SELECT {cols} FROM {table}")
         return
     for chunk in _chunks(sorted({t.group_key for t in trials})):
-        yield from cache.db.execute(f"SELECT {cols} FROM {table} WHERE group_key IN ({', '.join('?' * len(chunk))})",
+        yield from cache.conn.execute(f"SELECT {cols} FROM {table} WHERE group_key IN ({', '.join('?' * len(chunk))})",
                                     chunk)
 
 
@@ -352,7 +353,7 @@ def collect(cache: CacheStore, trials: list[TrialRecord]) -> tuple[
     refs = []
     for key in keys:
         refs += [{k: r[k] for k in ("key", "inputs_sha256", "outputs_sha256", "created_at")}
-                 for r in cache.db.query("SELECT * FROM [references] WHERE key = ?", [key])]
+                 for r in cache.query("SELECT * FROM [references] WHERE key = ?", [key])]
     return keep, {s: signatures[s] for s in {t.signature for t in keep}}, refs, skipped
 
 

@@ -209,9 +209,9 @@ class Remote:
 
 def remember(cache: CacheStore, remote: Remote, pulled: bool) -> None:
     """Record the remote (for lazy engine fetches) in its own small transaction."""
-    row = cache.db.execute("SELECT last_pull FROM remotes WHERE url = ?", [remote.url]).fetchone()
-    with cache.db.conn:
-        cache.db.execute(
+    row = cache.conn.execute("SELECT last_pull FROM remotes WHERE url = ?", [remote.url]).fetchone()
+    with cache.conn:
+        cache.conn.execute(
             "INSERT OR REPLACE INTO remotes (url, options, added_at, last_pull) VALUES (?, ?, "
             "coalesce((SELECT added_at FROM remotes WHERE url = ?), ?), ?)",
             [remote.url, json.dumps(remote.stored_options, sort_keys=True), remote.url, now(),
@@ -219,7 +219,7 @@ def remember(cache: CacheStore, remote: Remote, pulled: bool) -> None:
 
 
 def _state(cache: CacheStore, url: str, kind: str) -> set[str]:
-    return {r[0] for r in cache.db.execute("SELECT key FROM remote_state WHERE remote = ? AND kind = ?",
+    return {r[0] for r in cache.conn.execute("SELECT key FROM remote_state WHERE remote = ? AND kind = ?",
                                            [url, kind])}
 
 
@@ -304,8 +304,8 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
             state += [(remote.url, "search", search_row_key(r)) for r in searched]
         remember(cache, remote, pulled=False)
         if gone:
-            with cache.db.conn:
-                cache.db.execute("DELETE FROM remote_state WHERE remote = ?", [remote.url])
+            with cache.conn:
+                cache.conn.execute("DELETE FROM remote_state WHERE remote = ?", [remote.url])
         merge(cache, [], {}, state=state)  # the record of what the remote now holds, one transaction
     return report
 
@@ -422,7 +422,7 @@ def fetch_blob(cache: CacheStore, store: BlobStore, sha: str, say: Callable[[str
     if not sha:
         return False
     try:
-        rows = list(cache.db.execute("SELECT url, options FROM remotes ORDER BY last_pull DESC, url"))
+        rows = list(cache.conn.execute("SELECT url, options FROM remotes ORDER BY last_pull DESC, url"))
     except Exception:  # an old cache without the table, or a busy one: no remote, rebuild
         return False
     for url, options in rows:
