@@ -53,8 +53,8 @@ def add_foreign_trials(src: Path, dest: Path, when: str | None = None, cpu: str 
     """``src``'s trials re-keyed under another machine's signature, merged into ``dest``'s cache (as if
     that machine had measured them, at ``when`` when given). Returns how many were added."""
     from trt_routes import canonical
-    from trt_routes.share.bundle import expected_group_key, expected_trial_id
     from trt_routes.share.merge import merge
+    from trt_routes.share.rows import expected_group_key, expected_trial_id
 
     fields = {"cpu_model": cpu, "backend": "onnxruntime"}
     sig = canonical.digest(fields, 16)

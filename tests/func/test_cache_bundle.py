@@ -26,16 +26,9 @@ from typer.testing import CliRunner
 from trt_routes import canonical
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.cli.app import app
-from trt_routes.share.bundle import (
-    BundleError,
-    expected_group_key,
-    expected_trial_id,
-    parse_trial,
-    read_bundle,
-    trial_json,
-    write_bundle,
-)
+from trt_routes.share.bundle import read_bundle, write_bundle
 from trt_routes.share.merge import has_table, import_bundle, merge, row_rank
+from trt_routes.share.rows import BundleError, expected_group_key, expected_trial_id, parse_trial, trial_json
 from trt_routes.tune.apply import apply
 
 runner = CliRunner()

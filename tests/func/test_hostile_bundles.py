@@ -27,8 +27,9 @@ from _project import copy_project
 from trt_routes import canonical
 from trt_routes.cache.store import TrialRecord
 from trt_routes.project import open_project
-from trt_routes.share.bundle import MANIFEST, expected_group_key, expected_trial_id
+from trt_routes.share.bundle import MANIFEST
 from trt_routes.share.merge import export_bundle
+from trt_routes.share.rows import expected_group_key, expected_trial_id
 
 ESC = "\x1b[2J\x1b]0;pwned\x07"
 Rows = dict[str, list[Any]]

@@ -211,7 +211,7 @@ class VerifyReport:
 def verify(project: Project, *, evict: bool = True) -> VerifyReport:
     """PRAGMA integrity_check, every trial row, every blob's digest. A corrupt blob is evicted (the next
     plan re-plans or re-fetches what needed it); the cache is never fatal."""
-    from trt_routes.share.bundle import BundleError, parse_trial, trial_json
+    from trt_routes.share.rows import BundleError, parse_trial, trial_json
 
     store = project.store
     lock_engines, _, _ = lock_refs(project)

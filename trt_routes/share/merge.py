@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from trt_routes.cache.store import CacheStore, TrialRecord, now
 from trt_routes.files.artifacts import BlobStore
 from trt_routes.project import exclusive as project_exclusive
-from trt_routes.share.bundle import (
+from trt_routes.share.bundle import read_bundle, write_bundle
+from trt_routes.share.rows import (
     REMEASUREMENT_FIELDS,
     SEARCH_FIELDS,
     SEARCH_STATES,
@@ -31,9 +32,7 @@ from trt_routes.share.bundle import (
     parse_remeasurement,
     parse_search,
     parse_trial,
-    read_bundle,
     trial_json,
-    write_bundle,
 )
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from trt_routes.cache.store import CacheStore, now
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError, UsageError
 from trt_routes.files.artifacts import BlobStore
-from trt_routes.share.bundle import BundleError, read_bundle, write_bundle
+from trt_routes.share.bundle import read_bundle, write_bundle
 from trt_routes.share.merge import (
     check_searches,
     collect,
@@ -37,6 +37,7 @@ from trt_routes.share.merge import (
     search_row_key,
     searches_of,
 )
+from trt_routes.share.rows import BundleError
 from trt_routes.text import SECRET_NAME, URL_USERINFO, has_userinfo, loads_bounded
 
 if TYPE_CHECKING:

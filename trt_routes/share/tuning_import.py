@@ -24,8 +24,8 @@ from trt_routes.interop.tuning_cache import (
     read_partition_caches,
     read_tuning_cache,
 )
-from trt_routes.share.bundle import expected_group_key, expected_trial_id
 from trt_routes.share.merge import MergeReport, exclusive, merge
+from trt_routes.share.rows import expected_group_key, expected_trial_id
 from trt_routes.text import is_clean, sanitize, sanitize_data
 
 if TYPE_CHECKING:
