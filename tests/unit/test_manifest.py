@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from trt_routes.canonical import l0_key
 from trt_routes.errors import ManifestError
 from trt_routes.manifest import LoadedManifest, Manifest, load_manifest, manifest_json_schema
 from trt_routes.manifest.problems import ManifestProblems
-from trt_routes.manifest.schema import DimRange, ReferenceFiles, l0_key
+from trt_routes.manifest.schema import DimRange, ReferenceFiles
 
 FULL = """\
 schema_version: 1

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from trt_routes.canonical import l0_key
 from trt_routes.evidence.measure import (
     METRICS,
     TimingStats,
@@ -22,7 +23,6 @@ from trt_routes.evidence.measure import (
     losses,
     timing_stats,
 )
-from trt_routes.manifest.schema import l0_key
 
 OUT = np.array([1.0, 2.0, 3.0, 4.0])
 REF = np.array([1.0, 2.0, 2.0, 6.0])  # |diff| = [0, 0, 1, 2]
