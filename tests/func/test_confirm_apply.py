@@ -278,7 +278,8 @@ def test_re_measurements_of_the_earlier_turn_sizing_are_read_not_measured_again(
     the current sizing, whose turns are sized for margin / sqrt 2 (a quarter of the runs of margin / (2 sqrt 2)
     where the noise, not the floor or the cap, sets a turn's length)."""
     from trt_routes.manifest.schema import Confirm
-    from trt_routes.selection.confirm import SIZING, remeasure_key, turn_target
+    from trt_routes.selection.confirm import SIZING, remeasure_key
+    from trt_routes.selection.sequential import turn_target
 
     settings = Confirm(**CONFIRM)
     assert SIZING == "mad-2" and turn_target(settings) == pytest.approx(max(settings.margin, 0.01) / 2 ** 0.5)

@@ -9,8 +9,9 @@ import pytest
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.manifest.schema import Check, Confirm, Tolerance
-from trt_routes.selection.confirm import Remeasurement, Request, challengers, decide, remeasure_key, resolve, schedule
+from trt_routes.selection.confirm import Remeasurement, Request, challengers, decide, remeasure_key, resolve
 from trt_routes.selection.rank import select
+from trt_routes.selection.sequential import schedule
 
 TOL = Tolerance(checks=[Check(metric="cos", threshold=1e-4)])
 SETTINGS = Confirm(candidates=2, margin=0.02, rounds=12)
@@ -163,7 +164,7 @@ def test_only_routes_that_could_beat_the_baseline_are_challengers() -> None:
 
 def test_sequential_final_look_keeps_the_fixed_designs_boundary() -> None:
     """The last look uses the order statistic the fixed interval used; interim looks spend only the rest."""
-    from trt_routes.selection.confirm import ERROR_CAP, Stopping, median_interval
+    from trt_routes.selection.sequential import ERROR_CAP, Stopping, median_interval
 
     for rounds, k, confidence in ((15, 3, 0.95), (15, 1, 0.95), (12, 2, 0.99), (9, 1, 0.9)):
         s = Stopping(0.02, confidence, rounds, k)
@@ -177,7 +178,7 @@ def test_sequential_final_look_keeps_the_fixed_designs_boundary() -> None:
 
 
 def test_sequential_false_pass_rate_on_aa_is_below_its_level() -> None:
-    from trt_routes.selection.confirm import Stopping
+    from trt_routes.selection.sequential import Stopping
 
     rng = np.random.default_rng(7)
     s = Stopping(0.0, 0.95, 15, 1)  # no margin: the hardest case for the error rate
@@ -187,7 +188,7 @@ def test_sequential_false_pass_rate_on_aa_is_below_its_level() -> None:
 
 def test_curtailment_never_stops_a_challenger_that_a_later_look_would_pass() -> None:
     """A "fail" at look n is final: on the full sequence, no look at or after n passes."""
-    from trt_routes.selection.confirm import Stopping
+    from trt_routes.selection.sequential import Stopping
 
     rng = np.random.default_rng(3)
     s = Stopping(0.02, 0.95, 15, 2)
@@ -204,7 +205,7 @@ def test_curtailment_never_stops_a_challenger_that_a_later_look_would_pass() -> 
 
 def test_sequential_worker_schedule_and_decide_agree_and_stop_early() -> None:
     """run_sequential (the worker's loop) stops each challenger where decide's replay decides it."""
-    from trt_routes.selection.confirm import Stopping, run_sequential
+    from trt_routes.selection.sequential import Stopping, run_sequential
 
     settings = Confirm(candidates=2, margin=0.02, rounds=15)
     rng = np.random.default_rng(5)
@@ -228,7 +229,8 @@ def test_sequential_worker_schedule_and_decide_agree_and_stop_early() -> None:
 def test_a_record_stopped_by_one_rule_decides_another_only_when_that_rule_stops_within_it() -> None:
     """Nothing is re-measured that a stored re-measurement already decides, and nothing is decided from a
     record too short for the rule at hand."""
-    from trt_routes.selection.confirm import Stopping, decides, run_sequential
+    from trt_routes.selection.confirm import decides
+    from trt_routes.selection.sequential import Stopping, run_sequential
 
     strict = Confirm(candidates=1, margin=0.02, rounds=15, confidence=0.95)
     rng = np.random.default_rng(11)
@@ -255,7 +257,7 @@ def test_a_challenger_stopped_against_after_one_round_is_reported_with_its_ratio
 
 
 def test_turns_are_sized_to_the_noise_within_the_floor_and_the_cap() -> None:
-    from trt_routes.selection.confirm import spread_of, turn_size, turn_target
+    from trt_routes.selection.sequential import spread_of, turn_size, turn_target
 
     target = turn_target(Confirm())  # margin 2%: a turn's median within 1.41% (the ratio of two within 2%)
     assert abs(target - 0.02 / 2 ** 0.5) < 1e-12
@@ -280,7 +282,7 @@ def test_turn_sizing_is_part_of_the_re_measurement_key() -> None:
 def test_turns_are_sized_from_the_baseline_trials_spread_when_apply_gives_it() -> None:
     """A 20-run pilot taken right after the engines' switch once read several times the spread of the
     baseline's own trial (100 runs after its warm-up) and asked for the 20 ms cap; apply gives the trial's."""
-    from trt_routes.selection.confirm import spread_of, turn_size, turn_target
+    from trt_routes.selection.sequential import spread_of, turn_size, turn_target
 
     target = turn_target(Confirm())
     steady = [0.1 * (1 + 0.002 * ((i % 5) - 2)) for i in range(100)]  # the trial: 0.3% spread
@@ -294,7 +296,7 @@ def test_turns_are_sized_from_the_baseline_trials_spread_when_apply_gives_it() -
 def test_the_spread_within_repeats_leaves_out_the_drift_between_them() -> None:
     """Five repeats of 20 runs, each repeat 10% slower than the one before but quiet inside: the runs'
     spread around the overall median is large, within each repeat it is small (pairing cancels the drift)."""
-    from trt_routes.selection.confirm import spread_of
+    from trt_routes.selection.sequential import spread_of
 
     samples = [0.2 * (1 + 0.1 * r) * (1 + 0.002 * ((i % 5) - 2)) for r in range(5) for i in range(20)]
     overall, within = spread_of(samples), spread_of(samples, block=20)
@@ -320,7 +322,7 @@ def test_two_challengers_share_one_baseline_turn_and_never_their_own(seed: int) 
     """C1 B C2: 1.5 turns per ratio while two or more challengers are open, 2 for the last one alone; every
     challenger turn sits beside a baseline turn that no other turn of the same challenger uses, so each
     challenger's ratios are independent; each goes before its baseline turn about as often as after it."""
-    from trt_routes.selection.confirm import Stopping, run_sequential
+    from trt_routes.selection.sequential import Stopping, run_sequential
 
     rng = np.random.default_rng(seed)
     routes = ("-a=1", "-b=1", "-c=1")

@@ -26,14 +26,8 @@ from trt_routes.backends import registry
 from trt_routes.execute.protocol import NoiseContext, settle
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
 from trt_routes.files.artifacts import BlobStore
-from trt_routes.selection.confirm import (
-    PILOT_RUNS,
-    TURNS_RELOAD,
-    run_sequential,
-    turn_runs,
-    turn_size,
-    turn_value,
-)
+from trt_routes.selection.confirm import TURNS_RELOAD
+from trt_routes.selection.sequential import PILOT_RUNS, run_sequential, turn_runs, turn_size, turn_value
 
 #: Untimed runs of an engine loaded afresh for its turn (``Backend.reload_each_turn``) before the timed ones:
 #: its first run allocates; on the quickstart's models one run was enough for the turn to time as a kept

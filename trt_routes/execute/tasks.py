@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from trt_routes import canonical
 from trt_routes.backends.base import BuildSpec
 from trt_routes.execute.protocol import SettleSpec
-from trt_routes.selection.confirm import Stopping
+from trt_routes.selection.sequential import Stopping
 
 if TYPE_CHECKING:
     from trt_routes.jobs import Job

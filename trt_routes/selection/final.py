@@ -26,9 +26,9 @@ from trt_routes.selection.confirm import (
     decides,
     remeasure_key,
     resolve,
-    statistic_of,
 )
 from trt_routes.selection.rank import LossLookup, Selection, select
+from trt_routes.selection.sequential import statistic_of
 
 
 def locked_route(entry: LockEntry | None, job: Job) -> str | None:

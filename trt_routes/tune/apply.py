@@ -30,17 +30,10 @@ from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.routes import describe, route_dict
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
-from trt_routes.selection.confirm import (
-    Remeasurement,
-    Request,
-    Stopping,
-    remeasure_key,
-    schedule,
-    spread_of,
-    turn_target,
-)
+from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key
 from trt_routes.selection.final import confirm_statistic, confirm_turns, final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
+from trt_routes.selection.sequential import Stopping, schedule, spread_of, turn_target
 from trt_routes.tune.locking import LockWriter
 from trt_routes.tune.outcome import (
     EXIT_FAILED,
