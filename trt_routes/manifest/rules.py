@@ -5,7 +5,7 @@ manifest)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import (
     Field,
@@ -137,6 +137,11 @@ class Strategy(Strict):
     """A named search strategy. ``fast``/``full``/``mixed`` follow trtexec's semantics (which routes are
     built); ``adaptive`` (the default) screens knobs one at a time, keeps the ones whose gain exceeds the
     noise, then searches combinations of those, warm-started from related jobs' winners."""
+
+    #: Fields that do not shape the search's path and so stay out of its state's key (``search.job.strategy_key``):
+    #: the budget (a raised budget continues the same search) and the selection rule. Every other field, a new
+    #: one included, is part of the key, so a changed parameter never reuses another search's state.
+    NOT_SEARCH_STATE: ClassVar[frozenset[str]] = frozenset({"max_builds", "max_minutes", "confirm"})
 
     mode: Literal["adaptive", "fast", "full", "mixed"] = "adaptive"
     max_builds: Int | None = Field(default=None, ge=1, le=1_000_000, description="new builds the search may spend in "

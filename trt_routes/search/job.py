@@ -25,11 +25,12 @@ MAX_WARM = 3
 
 
 def strategy_key(job: Job) -> str:
-    """What a search state belongs to: the strategy's search settings and the switch group's expression.
-    The budget is not part of it, so a raised budget continues the same search and its count."""
+    """What a search state belongs to: every strategy parameter except those it declares outside the search
+    (``Strategy.NOT_SEARCH_STATE``: the budget, so a raised budget continues the same search and its count, and
+    the selection rule), and the switch group's expression."""
     s = job.strategy
-    return canonical.digest({"mode": s.mode, "min_gain": s.min_gain, "warm_start": s.warm_start,
-                             "expression": job.expression.text() if job.expression else ""}, 16)
+    params = {k: v for k, v in s.model_dump().items() if k not in s.NOT_SEARCH_STATE}
+    return canonical.digest({**params, "expression": job.expression.text() if job.expression else ""}, 16)
 
 
 def selection_key(job: Job) -> str:
