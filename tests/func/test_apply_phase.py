@@ -13,14 +13,15 @@ from trt_routes.execute.tasks import TaskResult
 from trt_routes.plan.diff import JobPlan
 from trt_routes.project import open_project
 from trt_routes.selection.confirm import Request
-from trt_routes.tune.apply import Applier, Halt, Phase, _Tuning
+from trt_routes.tune.apply import Applier
+from trt_routes.tune.job_run import Halt, JobRun, Phase
 from trt_routes.tune.outcome import ApplyOptions, SilentReporter
 
 OTHER = "-intra_op_num_threads=2"
 
 
-def confirming(job: Any) -> _Tuning:
-    tuning = _Tuning(JobPlan(job, "tune", ()), 0.0, {})
+def confirming(job: Any) -> JobRun:
+    tuning = JobRun(JobPlan(job, "tune", ()), 0.0, {})
     tuning.phase = Phase.CONFIRM
     return tuning
 
@@ -57,7 +58,7 @@ def test_a_job_whose_confirmation_is_complete_is_not_cut(tuned: Path) -> None:
     budget.requests = [Request("", (OTHER,))]
     budget.cut()
     assert budget.halt is Halt.CUT  # cut beats the budget
-    failed = _Tuning(JobPlan(job, "tune", ()), 0.0, {})
+    failed = JobRun(JobPlan(job, "tune", ()), 0.0, {})
     failed.phase = Phase.REFERENCE
     failed.reference_known(None, "reference run failed (crashed): boom")
     failed.cut()

@@ -12,8 +12,6 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from enum import Enum
 
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
@@ -32,8 +30,9 @@ from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
 from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key
 from trt_routes.selection.final import confirm_statistic, confirm_turns, final_selection, select_for_job
-from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
+from trt_routes.selection.rank import DEFAULT_ROUTE
 from trt_routes.selection.sequential import Stopping, schedule, spread_of, turn_target
+from trt_routes.tune.job_run import Halt, JobRun, Phase
 from trt_routes.tune.locking import LockWriter
 from trt_routes.tune.outcome import (
     EXIT_FAILED,
@@ -146,7 +145,7 @@ class Applier(TrialRunner):
         would stay unlocked (6).
         """
         pending = deque(jps)
-        active: list[_Tuning] = []
+        active: list[JobRun] = []
         stop = False
         while True:
             for tuning in list(active):  # running jobs propose in plan order; finished ones finish
@@ -201,16 +200,16 @@ class Applier(TrialRunner):
             tuning.built += 1
             tuning.fresh = True
 
-    def overlaps(self, job: Job, active: list[_Tuning]) -> bool:
+    def overlaps(self, job: Job, active: list[JobRun]) -> bool:
         """``job`` may start beside the ``active`` ones: the same target, and a worker free for it."""
         return all(t.job.target_data == job.target_data for t in active) and \
             self.executor.free_slots(job.target_data) > 0
 
-    def start(self, jp: JobPlan, active: list[_Tuning]) -> _Tuning:
+    def start(self, jp: JobPlan, active: list[JobRun]) -> JobRun:
         """A job, started: a tune job's search (its reference known, being computed for another job with
         the same reference, or submitted now); any other job (a reselection) has nothing to run."""
         job = jp.job
-        tuning = _Tuning(jp, time.perf_counter(), self.cache.group(job.group_key))
+        tuning = JobRun(jp, time.perf_counter(), self.cache.group(job.group_key))
         if jp.action != "tune":
             return tuning
         assert job.expression is not None and job.catalog is not None
@@ -225,7 +224,7 @@ class Applier(TrialRunner):
         statistics_ready()  # while the reference runs (or the worker starts), before any trial is timed
         return tuning
 
-    def take_reference(self, tuning: _Tuning, result: TaskResult, active: list[_Tuning]) -> None:
+    def take_reference(self, tuning: JobRun, result: TaskResult, active: list[JobRun]) -> None:
         """A reference run came back: it serves every running job with the same reference."""
         tuning.ref_ticket = None
         try:
@@ -237,7 +236,7 @@ class Applier(TrialRunner):
             if other.phase is Phase.REFERENCE and other.job.reference_key == tuning.job.reference_key:
                 other.reference_known(ref, error)
 
-    def propose(self, tuning: _Tuning, force: bool, first_alone: bool = True) -> None:
+    def propose(self, tuning: JobRun, force: bool, first_alone: bool = True) -> None:
         """Dispatch what the job's search wants measured, as far as free workers allow (one worker: one at
         a time, in the search's order). The search is asked again only after a result of this job came in,
         so an adaptive search sees every finished trial before proposing more. When it keeps what it
@@ -276,7 +275,7 @@ class Applier(TrialRunner):
         running = set(in_flight.values())
         tuning.batch = [] if not within else [r for r in batch if r not in running]
 
-    def fits(self, tuning: _Tuning) -> Callable[[str], bool]:
+    def fits(self, tuning: JobRun) -> Callable[[str], bool]:
         """Whether a route's build fits in what the job's ``max_minutes`` leaves now (``JobSearch.fits``:
         its cost times the baseline's build time), checked again as each route is dispatched."""
         search = tuning.search
@@ -300,7 +299,7 @@ class Applier(TrialRunner):
             in_flight[ticket] = route
         return True
 
-    def begin_selection(self, tuning: _Tuning) -> None:
+    def begin_selection(self, tuning: JobRun) -> None:
         """The job's search is over: its candidates, the raw selection, and the side-by-side
         re-measurements that confirmation still lacks (run as tasks like trials, ``confirm``)."""
         jp, trials, search, job = tuning.jp, tuning.trials, tuning.search, tuning.job
@@ -314,7 +313,7 @@ class Applier(TrialRunner):
         tuning.phase = Phase.CONFIRM
         self.next_confirmation_round(tuning)
 
-    def next_confirmation_round(self, tuning: _Tuning) -> None:
+    def next_confirmation_round(self, tuning: JobRun) -> None:
         """The re-measurements the selection still lacks: against the default, then possibly against the
         locked winner (at most three rounds); stored as they come, so a later apply or plan re-decides
         without measuring (``trt_routes.selection.final``)."""
@@ -325,7 +324,7 @@ class Applier(TrialRunner):
         _, tuning.requests = final_selection(tuning.job, tuning.trials, [], self.cache,
                                              self.lock.jobs.get(tuning.job.name), raw=tuning.raw)
 
-    def confirm(self, tuning: _Tuning, force: bool) -> None:
+    def confirm(self, tuning: JobRun, force: bool) -> None:
         """Start the job's next side-by-side re-measurement where a worker is free (``force``: nothing runs
         anywhere)."""
         if not tuning.requests or tuning.remeasuring is not None:
@@ -344,7 +343,7 @@ class Applier(TrialRunner):
         engines = 1 + len(request.challengers)  # the baseline and its challengers
         tuning.remeasuring = (self.executor.submit(task, tuning.job.measurement.timeout_s * (1 + engines)), request)
 
-    def take_remeasurement(self, tuning: _Tuning, result: TaskResult) -> None:
+    def take_remeasurement(self, tuning: JobRun, result: TaskResult) -> None:
         """Store a side-by-side re-measurement that came back; the next round when this one is done (not
         when the job was cut short meanwhile: what was in flight is stored, nothing more starts)."""
         assert tuning.remeasuring is not None
@@ -368,7 +367,7 @@ class Applier(TrialRunner):
         if not tuning.requests and tuning.halt is not Halt.CUT:
             self.next_confirmation_round(tuning)
 
-    def confirmation_failed(self, tuning: _Tuning, why: str) -> None:
+    def confirmation_failed(self, tuning: JobRun, why: str) -> None:
         self.reporter.message(f"{tuning.job.name}: side-by-side re-measurement failed ({why}); "
                               "the raw selection stands for this run")
         tuning.requests, tuning.confirm_failed = [], True
@@ -404,7 +403,7 @@ class Applier(TrialRunner):
 
         return fetch_blob(self.cache, self.store, sha, self.reporter.message)
 
-    def finish(self, tuning: _Tuning) -> JobOutcome:
+    def finish(self, tuning: JobRun) -> JobOutcome:
         """Decide (after confirmation), materialize the winner's engine and lock it."""
         jp, trials, job, cands = tuning.jp, tuning.trials, tuning.job, tuning.cands
         outcome = JobOutcome(job=job, action=jp.action)
@@ -451,89 +450,6 @@ class Applier(TrialRunner):
 def warmup_tasks(plan: Plan) -> list[WarmupTask]:
     """One warm-up per backend and target device among the jobs to tune (``Executor.warm``)."""
     return warmups(jp.job for jp in plan.jobs if jp.action == "tune")
-
-
-class Phase(Enum):
-    """Where a job is in ``Applier.tune_jobs``; it only moves down this list, then the job is finished."""
-
-    REFERENCE = "reference"  # a tune job waits for its reference data (its own run or another job's)
-    SEARCH = "search"  # its search proposes routes and its trials run (a reselection has none)
-    CONFIRM = "confirm"  # the raw selection is made; side-by-side re-measurements run, round by round
-
-
-class Halt(Enum):
-    """Why a job proposes nothing more before its search ends; a stronger reason replaces a weaker one
-    (FAILED over CUT over BUDGET). What it has in flight is still recorded."""
-
-    BUDGET = 1  # its max_builds is reached: selected and locked as usual once what runs is back
-    CUT = 2  # another job failed (no --keep-going) before this one had everything: it is not locked
-    FAILED = 3  # its reference run failed (``error`` says how): reported as failed
-
-
-@dataclass(eq=False)
-class _Tuning:
-    """One job while it runs (``Applier.tune_jobs`` may run several at once)."""
-
-    jp: JobPlan
-    started: float
-    trials: dict[str, TrialRecord]
-    search: Search | None = None  # None: not a tune job (a reselection)
-    phase: Phase = Phase.SEARCH
-    halt: Halt | None = None
-    ref: tuple[str, str] | None = None  # (inputs sha, outputs sha) once known
-    ref_ticket: int | None = None  # its reference run, while in flight
-    ref_submitted: float = 0.0  # when it was submitted (perf_counter), for the timing log
-    error: str | None = None  # why it cannot go on (its reference run failed)
-    in_flight: dict[int, str] = field(default_factory=dict)  # ticket -> route
-    built: int = 0
-    fresh: bool = True  # a result came in since the search was last asked
-    batch: list[str] = field(default_factory=list)  # what the search last proposed that is not running yet
-    # once the search is over (Phase.CONFIRM):
-    cands: list[str] = field(default_factory=list)  # the candidates it decides among
-    raw: Selection | None = None  # the selection before side-by-side confirmation
-    requests: list[Request] = field(default_factory=list)  # re-measurements of this round not started yet
-    confirm_rounds: int = 0
-    remeasuring: tuple[int, Request] | None = None  # the re-measurement in flight: (ticket, request)
-    confirm_failed: bool = False  # a re-measurement failed: the raw selection stands
-
-    @property
-    def job(self) -> Job:
-        return self.jp.job
-
-    def reference_known(self, ref: tuple[str, str] | None, error: str | None) -> None:
-        """Its reference came back (``error``: the run failed, and so does the job)."""
-        self.ref, self.error, self.phase = ref, error, Phase.SEARCH
-        if error is not None:
-            self.halt = Halt.FAILED
-
-    def cut(self) -> None:
-        """Another job failed (no --keep-going): nothing more starts for this one. It is cut short
-        (unlocked) unless it already has everything it needs (its confirmation complete)."""
-        if self.halt is Halt.FAILED or (self.phase is Phase.CONFIRM and not self.requests
-                                        and self.remeasuring is None):
-            return
-        self.halt, self.requests = Halt.CUT, []
-
-    @property
-    def running(self) -> bool:
-        """Something of this job is in a worker."""
-        return bool(self.in_flight) or self.ref_ticket is not None or self.remeasuring is not None
-
-    def holds(self, ticket: int) -> bool:
-        """``ticket`` is this job's: a trial, its reference run or its re-measurement."""
-        return ticket in self.in_flight or ticket == self.ref_ticket or \
-            (self.remeasuring is not None and ticket == self.remeasuring[0])
-
-    @property
-    def cold(self) -> bool:
-        """No trial of its group has finished yet (its first build has the compile caches to fill)."""
-        return not self.trials
-
-    @property
-    def busy(self) -> bool:
-        """Something runs, its reference is awaited, its search wants more than there was room for, or its
-        confirmation has re-measurements to run."""
-        return self.running or self.phase is Phase.REFERENCE or bool(self.batch) or bool(self.requests)
 
 
 def apply(project: Project, options: ApplyOptions | None = None, reporter: Reporter | None = None,
