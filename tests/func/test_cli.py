@@ -104,8 +104,12 @@ def test_unavailable_backend_blocks_and_apply_exits_3(project: Path) -> None:
                                               switch_groups={"g": "-conv_use_long_w=[on|off]"}))
     code, out = cli("plan", "-m", str(project))
     assert code == 0 and "blocked" in out and "TensorRT Global Performance Tuner unavailable" in out
+    assert "every job is up to date" not in out
+    # blocked is not up to date: plan --check, status and apply all exit 3 (the backend cannot load here)
+    assert cli("plan", "--check", "-m", str(project))[0] == 3
+    assert cli("status", "-m", str(project))[0] == 3
     code, out = cli("apply", "-m", str(project))
-    assert code == 3
+    assert code == 3 and "Every job is up to date" not in out and "blocked here, not up to date" in out
 
 
 def test_knobs_and_schema(project: Path) -> None:

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _project import edit_manifest, make_project
+from _project import cli, edit_manifest, make_project
 from typer.testing import CliRunner
 
 from trt_routes.audit.status import status
@@ -96,16 +96,19 @@ def test_lock_without_its_trials_and_without_a_cache(project: Path) -> None:
     assert not cache.exists()  # status reads; it does not create a cache
 
 
-def test_jobs_that_cannot_run_here_are_blocked_not_failed(project: Path) -> None:
+def test_jobs_that_cannot_run_here_are_blocked_not_up_to_date(project: Path) -> None:
     edit_manifest(project, lambda d: d.update(targets={"h200": {"kind": "gpu", "name": "*H200*"}},
                                               defaults={**d["defaults"], "targets": ["h200"]}))
     code, rows = cli_status(project)
     by = {r["job"]: r for r in rows}
     assert by["cnn/bs1/h200"]["state"] == "blocked" and "CPU targets only" in by["cnn/bs1/h200"]["detail"]
-    assert by["cnn/bs1/cpu"]["state"] == "orphan-lock" and code == 1
+    # a job that cannot work as written exits 2, as apply does, before the orphan lock entry's 1
+    assert by["cnn/bs1/cpu"]["state"] == "orphan-lock" and code == 2
     (project.parent / "tuning.lock").unlink()
     code, rows = cli_status(project)
-    assert code == 0 and {r["state"] for r in rows} == {"blocked"}
+    assert code == 2 and {r["state"] for r in rows} == {"blocked"}
+    code, out = cli("plan", "--check", "-m", str(project))
+    assert code == 2 and "blocked here, not up to date" in out and "every job is up to date" not in out
 
 
 def test_a_lock_entry_with_an_unknown_knob_or_an_engine_outside_the_engine_folder_is_invalid(

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from trt_routes.canonical import file_sha256
+from trt_routes.errors import Exit
 from trt_routes.gitops.check import engine_path_defect, route_defect
 from trt_routes.gitops.frozen import frozen_rebuild
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEngine, LockEntry
-from trt_routes.plan.diff import stale_reasons, tolerance_change
+from trt_routes.plan.diff import blocked_exit, stale_reasons, tolerance_change
 from trt_routes.project import Project
 
 
@@ -33,6 +34,7 @@ class JobStatus:
     # orphan-lock
     detail: str
     route: str | None = None
+    block_kind: str | None = None  # Job.block_kind of a blocked job
 
     def to_json(self) -> dict[str, Any]:
         return {"job": self.job, "state": self.state, "detail": self.detail, "route": self.route}
@@ -47,7 +49,8 @@ def status(project: Project) -> list[JobStatus]:
         for job in project.jobs:
             entry = lock.jobs.get(job.name)
             if job.blocked:
-                rows.append(JobStatus(job.name, "blocked", job.blocked, entry.route if entry else None))
+                rows.append(JobStatus(job.name, "blocked", job.blocked, entry.route if entry else None,
+                                      job.block_kind))
                 continue
             if entry is None:
                 rows.append(JobStatus(job.name, "no-lock", "no lock entry: run `trt-routes apply`"))
@@ -85,3 +88,11 @@ def status(project: Project) -> list[JobStatus]:
         rows.append(JobStatus(name, "orphan-lock", "locked job no longer in the manifest (apply removes it)",
                               lock.jobs[name].route))
     return rows
+
+
+def status_exit(rows: list[JobStatus]) -> Exit:
+    """The exit code of ``status``, as ``plan --check``'s: a job blocked here first (3 when its backend cannot
+    load, 2 when it cannot work as written), then 1 for anything to fix or apply, else 0. Blocked is not ok;
+    a job whose hardware is absent here (a GPU target on a CPU runner) is skipped, not blocked."""
+    blocked = blocked_exit(r.block_kind for r in rows if r.state == "blocked")
+    return blocked or (Exit.OK if all(r.state in ("ok", "blocked") for r in rows) else Exit.WORK)

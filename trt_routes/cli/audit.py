@@ -17,6 +17,7 @@ app = typer.Typer()
 def status(manifest: ManifestOpt = Path("tuning.yaml"), only: OnlyOpt = None, as_json: JsonOpt = False) -> None:
     """Lockfile against cache against engines on disk."""
     from trt_routes.audit.status import status as do_status
+    from trt_routes.audit.status import status_exit
     from trt_routes.report.console import render_status
 
     project = open_project(manifest)
@@ -25,11 +26,10 @@ def status(manifest: ManifestOpt = Path("tuning.yaml"), only: OnlyOpt = None, as
         names = {j.name for j in select_jobs(project, only)}
         rows = [r for r in rows if r.job in names]
     if as_json:
-        write_json("status", {"ok": all(r.state in ("ok", "blocked") for r in rows),
-                              "jobs": [r.to_json() for r in rows]})
+        write_json("status", {"ok": status_exit(rows) == Exit.OK, "jobs": [r.to_json() for r in rows]})
     else:
         render_status(rows, console())
-    raise typer.Exit(Exit.OK if all(r.state in ("ok", "blocked") for r in rows) else Exit.WORK)
+    raise typer.Exit(status_exit(rows))
 
 
 @app.command()

@@ -107,7 +107,9 @@ def _switch_group_expression(manifest: Path, group: str) -> str:
 @app.command()
 def plan(
     manifest: ManifestOpt = Path("tuning.yaml"),
-    check: Annotated[bool, typer.Option("--check", help="Exit 1 when there is work (for CI).")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when there is work, 3 when a job's "
+                                                                "backend cannot load here, 2 when a job cannot work "
+                                                                "as written (for CI).")] = False,
     as_json: JsonOpt = False,
     only: OnlyOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Also save the plan to FILE (JSON) for "
@@ -130,7 +132,7 @@ def plan(
         write_json("plan", the_plan.to_json())
     else:
         render_plan(the_plan, console())
-    raise typer.Exit(Exit.WORK if check and the_plan.has_work else Exit.OK)
+    raise typer.Exit(the_plan.check_exit() if check else Exit.OK)
 
 
 @app.command()

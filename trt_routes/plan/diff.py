@@ -13,6 +13,7 @@ from typing import Any
 from trt_routes import canonical
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.errors import Exit
 from trt_routes.evidence.facts import batch_of
 from trt_routes.files.artifacts import file_digest
 from trt_routes.jobs import Job
@@ -28,6 +29,19 @@ from trt_routes.selection.final import describe_requests, final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate, trial_facts
 
 ACTIONS = ("up-to-date", "tune", "reselect", "materialize", "blocked", "skipped")
+
+
+def blocked_exit(kinds: Iterable[str | None]) -> Exit | None:
+    """The exit code of jobs blocked here (``Job.block_kind``), the same for apply, ``plan --check`` and
+    ``status``: 3 when a backend cannot load on this machine, 2 when a job cannot work as written (a model
+    file missing, a backend that does not serve the target), None when nothing is blocked. Jobs whose
+    hardware is absent here ("absent": a GPU target on a CPU runner) are skipped, not blocked."""
+    found = set(kinds)
+    if "unavailable" in found:
+        return Exit.UNAVAILABLE
+    if "invalid" in found:
+        return Exit.USAGE
+    return None
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,19 @@ class Plan:
     @property
     def has_work(self) -> bool:
         return bool(self.removed) or any(j.action in ("tune", "reselect", "materialize") for j in self.jobs)
+
+    @property
+    def blocked(self) -> list[JobPlan]:
+        """Jobs that cannot run here: not up to date, whatever else the plan says."""
+        return [j for j in self.jobs if j.action == "blocked"]
+
+    @property
+    def blocked_exit(self) -> Exit | None:
+        return blocked_exit(j.job.block_kind for j in self.blocked)
+
+    def check_exit(self) -> Exit:
+        """``plan --check``: a job blocked here first (3 or 2, see ``blocked_exit``), then 1 for work to do."""
+        return self.blocked_exit or (Exit.WORK if self.has_work else Exit.OK)
 
     @property
     def builds(self) -> int:

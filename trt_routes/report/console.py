@@ -93,8 +93,12 @@ def render_plan(plan: Plan, console: Console) -> None:
     for name in plan.removed:
         table.add_row(name, "[magenta]remove[/]", "0", "0", "no longer in the manifest: drop its lock entry")
     console.print(table)
+    if plan.blocked:
+        console.print(f"{len(plan.blocked)} job(s) blocked here, not up to date: "
+                      f"{escape(', '.join(jp.job.name for jp in plan.blocked))}.")
     if not plan.has_work:
-        console.print("Nothing to do: every job is up to date.")
+        console.print("Nothing to do here: every other job is up to date." if plan.blocked
+                      else "Nothing to do: every job is up to date.")
     else:
         console.print(f"{plan.builds} build(s) to run now.")
 
@@ -152,12 +156,15 @@ def summary_table(result: ApplyResult) -> Table:
 
 def render_summary(result: ApplyResult, console: Console) -> None:
     console.print(summary_table(result))
-    if result.built == 0 and not any(o.error for o in result.outcomes) and \
+    if result.built == 0 and not any(o.error for o in result.outcomes) and not result.plan.blocked and \
             all(o.action == "up-to-date" for o in result.outcomes):
         console.print("Every job is up to date; nothing was built.")
     else:
         console.print(f"Built {result.built} trial(s); lockfile "
                       f"{'written' if result.lock_written else 'unchanged'}.")
+    if result.plan.blocked:
+        console.print(f"{len(result.plan.blocked)} job(s) blocked here, not up to date: "
+                      f"{escape(', '.join(jp.job.name for jp in result.plan.blocked))}.")
 
 
 class PlainReporter:

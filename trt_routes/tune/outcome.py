@@ -107,10 +107,8 @@ class ApplyResult:
     def exit_code(self) -> int:
         if any(o.error for o in self.outcomes):
             return EXIT_FAILED
-        if any(j.action == "blocked" and j.job.block_kind == "unavailable" for j in self.plan.jobs):
-            return EXIT_UNAVAILABLE
-        if any(j.action == "blocked" for j in self.plan.jobs):
-            return EXIT_USAGE
+        if self.plan.blocked:
+            return self.plan.blocked_exit or EXIT_USAGE
         return EXIT_OK
 
     @property
