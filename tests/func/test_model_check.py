@@ -74,6 +74,8 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
      "the integer range [1, 1) is empty", "high: 1"),
     ("integer input without a range", {"tok": with_(TOK, ("inputs", "input_ids"), None)},
      "input 'input_ids' is int64: its values must be given", "inputs:"),
+    ("integer inputs and no inputs block at all", {"tok": with_(TOK, ("inputs",), None)},  # was an IndexError
+     "input 'input_ids' is int64: its values must be given", "tok:"),
     ("a shared symbolic dim with two sizes", {"tok": with_(TOK, ("shapes", "s8", "attention_mask"), [2, 9])},
      "share the dimension 'sequence' but profile 's8' gives it 8 and 9", "attention_mask:"),
 ]

@@ -46,7 +46,7 @@ class _Check:
         key = self.loaded.key_positions.get(path) if at_key else None
         if key is not None:
             error = ManifestError(error.message, hint, path=error.path, line=key[0], column=key[1],
-                                  snippet=render_snippet(self.loaded.text, key[0], key[1], len(str(where[-1]))))
+                                  snippet=render_snippet(self.loaded.text, key[0], key[1], len(str(path[-1]))))
         self.problems.append(error)
 
     def run(self) -> list[ManifestError]:
