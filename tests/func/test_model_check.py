@@ -155,3 +155,24 @@ def test_a_bad_model_file_is_named_at_validate(tmp_path: Path, kind: str) -> Non
     assert done.returncode == 2, done.stdout + done.stderr
     assert_positioned(done.stdout + done.stderr, manifest, message, "path: models/mlp.onnx")
     assert files(tmp_path) == before
+
+
+@pytest.mark.parametrize(("edit", "message", "line_text"), [
+    (lambda d: d["defaults"].update(targets=[]), "defaults.targets: list should have at least 1 item", "targets: []"),
+    (lambda d: d.update(targets={}), "targets: dictionary should have at least 1 item", "targets: {}"),
+    (lambda d: d["models"]["mlp"].update(targets=[]), "models.mlp.targets: list should have at least 1 item",
+     "targets: []"),
+], ids=["defaults", "top level", "one model"])
+def test_a_manifest_that_would_make_no_job_is_refused(tmp_path: Path, edit: Any, message: str,
+                                                      line_text: str) -> None:
+    """`targets: []` used to make a manifest with zero jobs: every command exited 0 and apply wrote files."""
+    manifest = project(tmp_path, {"mlp": dict(MLP)})
+    data = yaml.safe_load(manifest.read_text())
+    edit(data)
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
+    before = files(tmp_path)
+    for command in ("validate", "plan", "apply"):
+        done = run(tmp_path, command)
+        assert done.returncode == 2, (command, done.stdout + done.stderr)
+        assert_positioned(done.stdout + done.stderr, manifest, message, line_text)
+    assert files(tmp_path) == before

@@ -244,7 +244,7 @@ class JobDefaults(Strict):
     """Settings a model may override."""
 
     backend: str = "onnxruntime"
-    targets: list[Name] | None = None
+    targets: list[Name] | None = Field(default=None, min_length=1)  # [] would make no job
     switch_group: Name | None = None
     strategy: Name | None = None
     tolerance: Name | None = None
@@ -255,7 +255,7 @@ class JobDefaults(Strict):
 
 class ModelDefaults(Strict):
     backend: str | None = None
-    targets: list[Name] | None = None
+    targets: list[Name] | None = Field(default=None, min_length=1)  # [] would make no job
     switch_group: Name | None = None
     strategy: Name | None = None
     tolerance: Name | None = None
@@ -298,7 +298,7 @@ class Manifest(Strict):
     paths: Paths = Field(default_factory=Paths)
     execution: Execution = Field(default_factory=Execution)
     measurement: Measurement = Field(default_factory=Measurement)
-    targets: dict[Name, Target] = Field(default_factory=lambda: {"cpu": Target(kind="cpu")})
+    targets: dict[Name, Target] = Field(default_factory=lambda: {"cpu": Target(kind="cpu")}, min_length=1)
     switch_groups: dict[Name, str] = Field(default_factory=dict)
     strategies: dict[Name, Strategy] = Field(default_factory=lambda: {"adaptive": Strategy()})
     tolerances: dict[Name, Tolerance] = Field(default_factory=dict)
