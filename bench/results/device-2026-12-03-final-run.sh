@@ -8,12 +8,12 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 cd "$(mktemp -d)" || exit 1
 {
   echo "== $(date -u +%FT%TZ) $(nproc) cores, $(python3 --version), $(nvidia-smi -L | head -1)"
-  timeout 70 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -k jit_with_cuda_graphs -c "$OLDPWD/pyproject.toml" \
+  timeout 55 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m gpu -k jit_with_cuda_graphs -c "$OLDPWD/pyproject.toml" \
     --rootdir "$OLDPWD" "$OLDPWD/tests/backends/test_backend_torch.py" 2>&1 | tail -15
   echo "== pytest exit ${PIPESTATUS[0]}"
 } > "$OUT/gpu-tests.txt" 2>&1
 mkdir -p models
-timeout 40 python3 - <<'PY' > "$OUT/export.txt" 2>&1
+timeout 30 python3 - <<'PY' > "$OUT/export.txt" 2>&1
 import timm, torch, transformers
 torch.manual_seed(0)
 m = timm.create_model("resnet18", pretrained=False).eval()
@@ -35,7 +35,7 @@ switch_groups:
     -graph_optimization_level=[basic|all]
     -intra_op_num_threads=[4|8]
     -disable_prepacking=[0|1]
-strategies: {s: {mode: adaptive, max_builds: 8, confirm: {candidates: 2, rounds: 8}}}
+strategies: {s: {mode: adaptive, max_builds: 6, confirm: {candidates: 2, rounds: 6}}}
 tolerances: {t: {checks: [{metric: cos, threshold: 1.0e-4}]}}
 defaults: {backend: onnxruntime, targets: [cpu], switch_group: g, strategy: s, tolerance: t}
 models:
@@ -46,10 +46,10 @@ models:
     inputs: {input_ids: {low: 0, high: 30522}}
 YAML
 {
-  timeout 80 python3 -m trt_routes.cli.app apply 2>&1 | tail -25; echo "== apply exit ${PIPESTATUS[0]}"
-  timeout 10 python3 -m trt_routes.cli.app apply 2>&1 | tail -3; echo "== second apply exit ${PIPESTATUS[0]}"
-  timeout 10 python3 -m trt_routes.cli.app plan --check 2>&1 | tail -3; echo "== plan --check exit ${PIPESTATUS[0]}"
-  timeout 10 python3 -m trt_routes.cli.app lock check 2>&1 | tail -3; echo "== lock check exit ${PIPESTATUS[0]}"
+  timeout 55 python3 -m trt_routes.cli.app apply 2>timeout 80 python3 -m trt_routes.cli.app apply 2>&11 | tail -25; echo "== apply exit ${PIPESTATUS[0]}"
+  timeout 8 python3 -m trt_routes.cli.app apply 2>&1 | tail -3; echo "== second apply exit ${PIPESTATUS[0]}"
+  timeout 8 python3 -m trt_routes.cli.app plan --check 2>&1 | tail -3; echo "== plan --check exit ${PIPESTATUS[0]}"
+  timeout 8 python3 -m trt_routes.cli.app lock check 2>&1 | tail -3; echo "== lock check exit ${PIPESTATUS[0]}"
 } > "$OUT/apply.txt" 2>&1
 cp tuning.lock "$OUT/tuning.lock" 2>/dev/null
 tail -3 "$OUT"/*.txt
