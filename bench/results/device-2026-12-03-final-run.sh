@@ -46,7 +46,7 @@ models:
     inputs: {input_ids: {low: 0, high: 30522}}
 YAML
 {
-  timeout 55 python3 -m trt_routes.cli.app apply 2>timeout 80 python3 -m trt_routes.cli.app apply 2>&11 | tail -25; echo "== apply exit ${PIPESTATUS[0]}"
+  timeout 55 python3 -m trt_routes.cli.app apply 2>&1 | tail -25; echo "== apply exit ${PIPESTATUS[0]}"
   timeout 8 python3 -m trt_routes.cli.app apply 2>&1 | tail -3; echo "== second apply exit ${PIPESTATUS[0]}"
   timeout 8 python3 -m trt_routes.cli.app plan --check 2>&1 | tail -3; echo "== plan --check exit ${PIPESTATUS[0]}"
   timeout 8 python3 -m trt_routes.cli.app lock check 2>&1 | tail -3; echo "== lock check exit ${PIPESTATUS[0]}"
