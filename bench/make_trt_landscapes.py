@@ -80,7 +80,7 @@ def _pairs(rng: np.random.Generator, knobs: list[dict[str, Any]], kinds: list[st
     inter: list[dict[str, Any]] = []
     picks = rng.permutation(neutral)
     p = 0
-    for j in range(PARAMS["pairs"]):
+    for j in range(min(PARAMS["pairs"], len(picks) // 2)):  # a small catalog (--knobs 20) has fewer to pair
         kind = ["helps-with", "cancels", "together", "conflict"][j % 4]
         a = knobs[int(picks[p])]
         b = knobs[int(picks[p + 1])] if kind in ("together", "conflict") or not gains else knobs[int(rng.choice(gains))]

@@ -352,3 +352,26 @@ def test_startup_ab_compares_two_trees_on_the_quickstart(tmp_path: Path) -> None
     rows = [line.split() for line in out.splitlines() if line.startswith("quickstart ")]
     assert len(rows) == 1 and float(rows[0][1]) > 0 and float(rows[0][2]) > 0, out
     assert re.fullmatch(r"max_saving_share=-?\d+\.\d{3}", out.splitlines()[-1]), out
+
+
+def test_make_trt_landscapes_writes_valid_landscape_at_2_files(tmp_path: Path) -> None:
+    """bench/make_trt_landscapes.py (docs/search-at-scale.md): small catalogs too; each file reads back as a
+    landscape@2 model."""
+    import json
+
+    from trt_routes.backends.landscape_model import validate_model
+
+    out = bench("make_trt_landscapes.py", "--seeds", "1", "--knobs", "20", "--related", "--out", str(tmp_path / "l"),
+                cwd=tmp_path)
+    written = sorted((tmp_path / "l").glob("*.json"))
+    assert [p.name for p in written] == ["trt-20-s00-other.json", "trt-20-s00.json"], out
+    for path in written:
+        assert len(validate_model(json.loads(path.read_text()), str(path)).catalog.knobs) == 20
+
+
+def test_search_scale_prints_its_table(tmp_path: Path) -> None:
+    """bench/search_scale.py on one seed of a 30-knob model: a row per case, regret a positive number."""
+    out = bench("search_scale.py", "--seeds", "1", "--knobs", "30", cwd=tmp_path)
+    rows = {r[1].strip(): r for r in (line.split("|") for line in out.splitlines() if line.startswith("| "))}
+    assert {"cold@60", "cold@120", "fast@60 (before)"} <= set(rows), out
+    assert all(float(rows[case][3]) > 0 for case in ("cold@60", "cold@120", "fast@60 (before)")), out
