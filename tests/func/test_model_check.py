@@ -176,3 +176,23 @@ def test_a_manifest_that_would_make_no_job_is_refused(tmp_path: Path, edit: Any,
         assert done.returncode == 2, (command, done.stdout + done.stderr)
         assert_positioned(done.stdout + done.stderr, manifest, message, line_text)
     assert files(tmp_path) == before
+
+
+def test_a_tolerance_naming_an_output_the_model_lacks_is_refused_at_validate(tmp_path: Path) -> None:
+    """It used to pass validate and plan; apply then built, failed every route and wrote a lockfile."""
+    manifest = project(tmp_path, {"mlp": dict(MLP)})
+    data = yaml.safe_load(manifest.read_text())
+    data["tolerances"]["t"]["outputs"] = {"Y": [{"metric": "cos", "threshold": 1e-4}]}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
+    before = files(tmp_path)
+    for command in ("validate", "plan", "apply"):
+        done = run(tmp_path, command)
+        assert done.returncode == 2, (command, done.stdout + done.stderr)
+        assert_positioned(done.stdout + done.stderr, manifest,
+                          "tolerance 't' names output 'Y', which model 'mlp' (mlp.onnx) does not have (its "
+                          "outputs: y)", "Y:")
+        assert "did you mean 'y'?" in done.stdout + done.stderr
+    assert files(tmp_path) == before
+    data["tolerances"]["t"]["outputs"] = {"y": [{"metric": "cos", "threshold": 1e-4}]}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
+    assert run(tmp_path, "validate").returncode == 0

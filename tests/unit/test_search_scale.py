@@ -62,7 +62,7 @@ def _project(tmp_path: Path, strategy: dict[str, object]) -> Path:
 
 def test_full_without_budget_over_200_knobs_is_refused_at_validate_with_the_count(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests._project import cli
+    from _project import cli
 
     monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(_project(tmp_path, {"mode": "full"})))
     code, out = cli("validate", "-m", str(tmp_path / "tuning.yaml"))
@@ -74,7 +74,7 @@ def test_full_without_budget_over_200_knobs_is_refused_at_validate_with_the_coun
                                       {"mode": "full", "max_builds": 50}])
 def test_plan_on_a_200_knob_group_answers_in_every_mode(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: dict[str, object]) -> None:
-    from tests._project import cli
+    from _project import cli
 
     monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(_project(tmp_path, strategy)))
     code, out = cli("plan", "--json", "-m", str(tmp_path / "tuning.yaml"))

@@ -1,7 +1,7 @@
 """The manifest checked against its models (no builds): shape profiles and ``inputs:`` against each ONNX model's
-graph inputs (names, ranks, static and symbolic dims, dtypes), and integer ranges that hold no value (the
-schema refuses dims <= 0 and inverted ranges). Every problem points at ``tuning.yaml:LINE:COL``; all are
-reported at once."""
+graph inputs (names, ranks, static and symbolic dims, dtypes), integer ranges that hold no value (the schema
+refuses dims <= 0 and inverted ranges), and a tolerance's per-output checks against the graph's outputs. Every
+problem points at ``tuning.yaml:LINE:COL``; all are reported at once."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class _Check:
     def __init__(self, loaded: LoadedManifest, mname: str, model: Model, files: ModelFiles | None) -> None:
         self.loaded, self.mname, self.model = loaded, mname, model
         self.graph = {t.name: t for t in files.inputs} if files is not None and files.inputs is not None else None
+        self.outputs = [t.name for t in files.outputs] if files is not None and files.outputs is not None else None
         self.file = files.path.name if files is not None else ""
         self.problems: list[ManifestError] = []
 
@@ -57,7 +58,32 @@ class _Check:
         for name, given in self.model.inputs.items():
             self.input_spec(name, given.dtype, given.low, given.high)
         self.integers()
+        self.tolerance_outputs()
         return self.problems
+
+    def tolerance_outputs(self) -> None:
+        """A tolerance's per-output checks name outputs of the graph: a typo there would gate nothing at
+        validate and fail every route at apply."""
+        manifest = self.loaded.manifest
+        tname = manifest.effective(self.mname).tolerance
+        tolerance = manifest.tolerances.get(tname) if tname else None
+        if self.outputs is None or tolerance is None or tname is None:
+            return
+        for oname in tolerance.outputs:
+            if oname in self.outputs:
+                continue
+            path = ("tolerances", tname, "outputs", oname)
+            close = [o for o in self.outputs if o.lower() == oname.lower()] or \
+                difflib.get_close_matches(oname, self.outputs, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "name one of the model's outputs, or remove it"
+            error = self.loaded.error(path, f"tolerance '{tname}' names output '{oname}', which model "
+                                      f"'{self.mname}' ({self.file}) does not have (its outputs: "
+                                      f"{', '.join(self.outputs)})", hint)
+            key = self.loaded.key_positions.get(path)
+            if key is not None:
+                error = ManifestError(error.message, hint, path=error.path, line=key[0], column=key[1],
+                                      snippet=render_snippet(self.loaded.text, key[0], key[1], len(oname)))
+            self.problems.append(error)
 
     def _inputs_text(self) -> str:
         assert self.graph is not None
