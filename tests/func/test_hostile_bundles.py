@@ -559,7 +559,7 @@ def _flat(text: str) -> str:
     return "".join(text.split())
 
 
-def _check(outcome: Outcome, named: str, kind: str) -> None:
+def _check(outcome: Outcome, named: str) -> None:
     ok_name = _flat(named) in _flat(outcome.output)
     assert outcome.code != 0, outcome.output
     assert not outcome.traceback, outcome.output
@@ -576,7 +576,7 @@ def test_hostile_bundle_is_refused_and_changes_nothing(cls: str, name: str, base
     bundle = tmp_path / "hostile.tar.gz"
     bundle.write_bytes(BUNDLE_CLASSES[cls][name](b))
     outcome = run_case(project, ["cache", "import", str(bundle)], real=name == FIRST[cls])
-    _check(outcome, str(bundle), "bundles")
+    _check(outcome, str(bundle))
     assert not Path("/tmp/trt-routes-escaped").exists() and not (tmp_path / "escaped").exists()
 
 
@@ -593,7 +593,7 @@ def test_hostile_remote_is_refused_and_changes_nothing(name: str, base: tuple[Pa
     else:
         named = str(root)
     outcome = run_case(project, ["cache", "pull", url, *extra], real=name == sorted(REMOTES)[0])
-    _check(outcome, named if not extra else extra[-1].split("=")[0], "remotes")
+    _check(outcome, named if not extra else extra[-1].split("=")[0])
     for secret in ("AKIA:SECRET", "AKIAEXAMPLE", "wJalrXUtnFEMI", "hunter2", "AK:SK"):
         assert secret not in outcome.output  # credentials never echoed
 

@@ -23,8 +23,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trt_routes import canonical as canon
-from trt_routes.backends.landscape_model import ModelLandscape, validate_model
-from trt_routes.catalog import Catalog, Knob
+from trt_routes.backends.landscape_model import ModelLandscape, replay_catalog, validate_model
+from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError, UsageError
 from trt_routes.routes import canonical, parse_route
 
@@ -112,9 +112,7 @@ class Landscape:
 
     @cached_property
     def catalog(self) -> Catalog:
-        knobs = tuple(Knob(k.option, tuple(k.values), k.default, "recorded in a landscape file", "build")
-                      for k in self.data.knobs)
-        return Catalog(backend="replay", version="landscape@1", knobs=knobs, tuner_version=self.digest)
+        return replay_catalog(self.data.knobs, "landscape@1", self.digest, "recorded in a landscape file")
 
     @cached_property
     def digest(self) -> str:

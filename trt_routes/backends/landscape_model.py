@@ -30,7 +30,7 @@ from __future__ import annotations
 __all__ = ["FORMAT", "ModelLandscape", "validate_model"]
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -111,6 +111,13 @@ class _Compiled:
     interactions: tuple[tuple[dict[str, str], float], ...]
 
 
+def replay_catalog(knobs: Iterable[Any], version: str, digest: str, text: str) -> Catalog:
+    """The replay backend's catalog of a landscape file's knobs (each with ``option``, ``values`` and
+    ``default``; all build-phase), versioned by the file's format and digest."""
+    return Catalog(backend="replay", version=version, tuner_version=digest,
+                   knobs=tuple(Knob(k.option, tuple(k.values), k.default, text, "build") for k in knobs))
+
+
 @dataclass(frozen=True)
 class ModelLandscape:
     """A validated ``landscape@2``: catalog, statuses, true times and seeded samples."""
@@ -120,9 +127,7 @@ class ModelLandscape:
 
     @cached_property
     def catalog(self) -> Catalog:
-        knobs = tuple(Knob(k.option, tuple(k.values), k.default, "modelled in a landscape@2 file", "build")
-                      for k in self.data.knobs)
-        return Catalog(backend="replay", version="landscape@2", knobs=knobs, tuner_version=self.digest)
+        return replay_catalog(self.data.knobs, "landscape@2", self.digest, "modelled in a landscape@2 file")
 
     @cached_property
     def digest(self) -> str:
