@@ -223,7 +223,10 @@ class Resolver:
             try:
                 self._model_files[path] = read_model_files(path)
             except ModelFileError as exc:
-                raise self.loaded.error(("models", mname, "path"), exc.message, exc.hint) from exc
+                make = self.loaded.manifest.models[mname].make
+                hint = (f"make it: {make} (in {self.loaded.path.parent})" if make and not path.exists()
+                        else exc.hint)
+                raise self.loaded.error(("models", mname, "path"), exc.message, hint) from exc
         return self._model_files[path]
 
     def entry_digest(self, backend: Backend, spec: BuildSpec) -> tuple[str | None, str]:

@@ -145,7 +145,7 @@ def test_jobs_that_cannot_run_here_are_listed_with_the_reason(project: Project) 
                                                           defaults={**d["defaults"], "targets": ["cpu", "h200"]}))
     html = build_report(open_project(project.loaded.path))
     blocked = section(html, "cnn/bs1/h200")
-    assert 'class="badge none">blocked<' in blocked and "CPU targets only" in blocked
+    assert 'class="badge none">blocked<' in blocked and "tunes CPU targets" in blocked
     assert "blocked here" in html[html.index('class="overview"'):]
     assert re.findall(r'<g class="point winner[^"]*" data-route="([^"]+)"', section(html, JOB)) == [THREADS1]
 

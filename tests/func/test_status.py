@@ -101,7 +101,7 @@ def test_jobs_that_cannot_run_here_are_blocked_not_up_to_date(project: Path) -> 
                                               defaults={**d["defaults"], "targets": ["h200"]}))
     code, rows = cli_status(project)
     by = {r["job"]: r for r in rows}
-    assert by["cnn/bs1/h200"]["state"] == "blocked" and "CPU targets only" in by["cnn/bs1/h200"]["detail"]
+    assert by["cnn/bs1/h200"]["state"] == "blocked" and "tunes CPU targets" in by["cnn/bs1/h200"]["detail"]
     # a job that cannot work as written exits 2, as apply does, before the orphan lock entry's 1
     assert by["cnn/bs1/cpu"]["state"] == "orphan-lock" and code == 2
     (project.parent / "tuning.lock").unlink()

@@ -11,7 +11,7 @@ from trt_routes import examples
 from trt_routes.examples.make_models import write_models
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGED = ("ci", "tensorrt", "torch-gpu")
+PACKAGED = ("ci", "onnx-gpu", "tensorrt", "torch-gpu")
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -5,7 +5,8 @@ Everything is imported lazily; a machine without a GPU, driver or either library
 from __future__ import annotations
 
 __all__ = [
-    "cuda_check", "cuda_version_text", "gpu_fields", "gpu_local_cpus", "load_cudart", "memory_gib", "nvml_session",
+    "cuda_check", "cuda_version_text", "gpu_fields", "gpu_local_cpus", "gpu_lock", "load_cudart", "memory_gib",
+    "nvml_session",
 ]
 
 import contextlib
@@ -202,3 +203,17 @@ def gpu_fields() -> list[dict[str, str]]:
     if rows is None:
         rows = _from_nvml()
     return rows or []
+
+
+def gpu_lock(local_index: int = 0) -> Any:
+    """A lock file per physical GPU, shared by every process and backend on this machine, so timed runs on
+    one GPU never overlap: the GPU ``local_index`` of this process is named as CUDA_VISIBLE_DEVICES lists
+    it (an index or a UUID), or by its index where that variable is unset."""
+    import os
+    import tempfile
+
+    from filelock import FileLock
+
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    physical = visible[local_index] if local_index < len(visible) else str(local_index)
+    return FileLock(os.path.join(tempfile.gettempdir(), f"trt-routes-gpu-{physical}.lock"))

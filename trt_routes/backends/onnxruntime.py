@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trt_routes import catalog as catalog_module
-from trt_routes.backends.base import Backend, BuildSpec, Feeds, time_on_host
+from trt_routes.backends.base import Backend, BuildSpec, Feeds, Runner, time_on_host
 from trt_routes.backends.native_log import captured_fd2
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
@@ -347,7 +347,7 @@ class OnnxRuntimeBackend(Backend):
     def supports(self, target: Mapping[str, Any]) -> str | None:
         if target.get("kind") == "cpu":
             return None
-        return "the onnxruntime backend tunes CPU targets only"
+        return "the onnxruntime backend tunes CPU targets; use backend onnxruntime-cuda for GPU targets"
 
     # -- route handling ---------------------------------------------------------------------
     def _route(self, route: Mapping[str, str]) -> dict[str, str]:
@@ -472,7 +472,7 @@ class OnnxRuntimeBackend(Backend):
         ]
         return "\n".join([*header, *log]) + "\n"
 
-    def load(self, engine_path: Path, spec: BuildSpec) -> OnnxRuntimeRunner:
+    def load(self, engine_path: Path, spec: BuildSpec) -> Runner:
         ort = _ort()
         so = self._runtime_options(self._route(spec.route))
         session = ort.InferenceSession(str(engine_path), so, providers=[PROVIDER])

@@ -12,6 +12,8 @@ from trt_routes.errors import BackendUnavailable, UsageError
 
 BUILTIN: dict[str, tuple[str, str]] = {
     "onnxruntime": ("trt_routes.backends.onnxruntime:OnnxRuntimeBackend", "pip install onnxruntime"),
+    "onnxruntime-cuda": ("trt_routes.backends.onnxruntime_cuda:OnnxRuntimeCudaBackend",
+                         "pip install 'trt-routes[cuda]' (see docs/onnx-gpu.md)"),
     "tensorrt": ("trt_routes.backends.tensorrt:TensorRTBackend", "pip install 'trt-routes[tensorrt]'"),
     "torch-inductor": ("trt_routes.backends.torch_inductor:TorchInductorBackend", "pip install 'trt-routes[torch]'"),
     "replay": ("trt_routes.backends.replay:ReplayBackend", "set TRT_ROUTES_LANDSCAPE to a landscape file"),
@@ -64,3 +66,19 @@ def require(name: str) -> Backend:
     if reason:
         raise BackendUnavailable(reason, backend.install_hint)
     return backend
+
+
+def doctor() -> list[tuple[str, str, dict[str, str]]]:
+    """Every known backend as (name, why it cannot run here or "", what it found: versions, providers,
+    the CUDA runtime and cuDNN loaded), for ``trt-routes doctor``."""
+    rows: list[tuple[str, str, dict[str, str]]] = []
+    for name in sorted(known()):
+        try:
+            backend = get(name)
+            reason = backend.unavailable_reason() or ""
+            reason = f"{reason} (install: {backend.install_hint})" if reason else ""
+            found = backend.software() if not reason else {}
+        except Exception as exc:  # one broken backend must not hide the others
+            reason, found = str(getattr(exc, "message", exc)), {}
+        rows.append((name, reason, found))
+    return rows

@@ -92,6 +92,20 @@ def knobs(
         render_knobs(catalog, console(), knob)
 
 
+@app.command()
+def doctor() -> None:
+    """Which backends can run here, and what they found (versions, execution providers, CUDA and cuDNN)."""
+    from trt_routes.backends import registry
+
+    out = console()
+    for name, reason, found in registry.doctor():
+        if reason:
+            out.print(f"{name}: cannot run here: {reason}", markup=False, highlight=False)
+            continue
+        facts = ", ".join(f"{k} {v}" for k, v in found.items() if k != "backend")
+        out.print(f"{name}: ok ({facts})", markup=False, highlight=False)
+
+
 def _switch_group_expression(manifest: Path, group: str) -> str:
     """Switch group ``group`` of the manifest as the text of a trtexec --tuneBuildRoutes expression."""
     from trt_routes.manifest.load import load_manifest

@@ -275,6 +275,9 @@ class Model(ModelDefaults):
     shapes: dict[Name, ShapeProfile] = Field(min_length=1, max_length=1000)
     inputs: dict[InputName, InputSpec] = Field(default_factory=dict)
     reference: Literal["auto"] | ReferenceFiles = "auto"
+    make: str | None = Field(default=None, max_length=1000,
+                             description="the command that writes the model file, run in the manifest's folder "
+                             "(trt-routes runs nothing: a missing model's error shows it)")
 
     @model_validator(mode="after")
     def _one_source(self) -> Model:

@@ -6,9 +6,7 @@ never measure at the same time."""
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +15,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
+from trt_routes.backends import cuda_device
 from trt_routes.backends.base import Feeds
 from trt_routes.backends.torch_inductor.models import cast_input, flatten_outputs, to_numpy
 
@@ -39,17 +38,9 @@ class SettleInfo:
 
 
 def gpu_lock(device: str) -> FileLock:
-    """A per-GPU lock file shared by every process on this machine."""
-    uuid = ""
-    try:
-        import torch
-
-        props = torch.cuda.get_device_properties(device)
-        uuid = str(getattr(props, "uuid", "")) or props.name.replace(" ", "_")
-    except Exception:  # best effort: the index alone still serializes this machine's processes
-        pass
-    name = f"trt-routes-gpu-{device.replace(':', '')}-{uuid}.lock"
-    return FileLock(os.path.join(tempfile.gettempdir(), name))
+    """The per-GPU lock every backend's timing shares (``cuda_device.gpu_lock``) for ``cuda:N``."""
+    index = device.partition(":")[2]
+    return cuda_device.gpu_lock(int(index) if index.isdigit() else 0)  # type: ignore[no-any-return]
 
 
 class TorchRunner:

@@ -1,0 +1,149 @@
+"""ONNX Runtime's CUDA execution provider (backend onnxruntime-cuda): each locked route of a tuned project
+against the EP's defaults, interleaved in one process, with torch.compile's named modes on the same models
+for reference (issue 31).
+
+    python bench/onnx_gpu.py --project recipes/onnx-gpu [--rounds 7] [--torch-modes reduce-overhead]
+                             [--out results.json]
+
+Reads the project's tuning.lock (run `trt-routes apply` there first). For each job, the backend builds the
+default route's and the locked route's engines, loads both, and times them in alternating rounds (a warm-up,
+then ``--iters`` runs each, the order flipped every round); a job's speedup is the median over rounds of
+default median / locked median. torch.compile runs the model's torch module from the recipe's
+make_models.py (same architecture and seed, float32) where ``--torch-modes`` names modes. Geomeans per
+switch group are printed against the issue's targets: fp32 >= 1.20x, fp16 >= 1.50x, none below 1.00x."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = {"fp32": 1.20, "fp16": 1.50}
+
+
+def _median_ms(runner: Any, feeds: Any, iters: int) -> float:
+    return statistics.median(runner.time(feeds, 3, iters, 1))
+
+
+def job_rows(project_dir: Path, rounds: int, iters: int) -> list[dict[str, Any]]:
+    from trt_routes.backends import registry
+    from trt_routes.execute.worker import make_inputs
+    from trt_routes.project import open_project
+    from trt_routes.routes import route_dict
+
+    project = open_project(project_dir / "tuning.yaml")
+    lock = project.read_lock()
+    rows = []
+    for job in project.jobs:
+        entry = lock.jobs.get(job.name)
+        if entry is None or entry.route is None or job.backend != "onnxruntime-cuda":
+            continue
+        backend = registry.get(job.backend)
+        feeds = make_inputs(job.inputs, 0)
+        routes = {"default": {}, "locked": route_dict(entry.route)}
+        runners = {}
+        with tempfile.TemporaryDirectory() as scratch:
+            for label, route in routes.items():
+                spec = job.build_spec(route, work_dir=f"{scratch}/{label}")
+                engine = Path(scratch) / f"{label}.onnx"
+                backend.build(spec, engine)
+                runners[label] = backend.load(engine, spec)
+                runners[label].run(feeds)
+            ratios, times = [], {"default": [], "locked": []}
+            for r in range(rounds):
+                order = ("default", "locked") if r % 2 == 0 else ("locked", "default")
+                got = {label: _median_ms(runners[label], feeds, iters) for label in order}
+                for label, ms in got.items():
+                    times[label].append(ms)
+                ratios.append(got["default"] / got["locked"])
+        rows.append({"job": job.name, "group": job.switch_group, "route": entry.route,
+                     "default_ms": statistics.median(times["default"]),
+                     "locked_ms": statistics.median(times["locked"]), "speedup": statistics.median(ratios),
+                     "spread": [round(min(ratios), 3), round(max(ratios), 3)],
+                     "cos_loss": ((entry.losses or {}).get(next(iter(entry.losses or {}), ""), {}) or {}).get("cos")})
+        del runners
+    return rows
+
+
+def torch_modes(project_dir: Path, rows: list[dict[str, Any]], modes: list[str], iters: int) -> None:
+    """Median ms of torch.compile(mode) on each model's torch module (float32, CUDA), into ``rows``."""
+    if not modes:
+        return
+    import torch
+
+    sys.path.insert(0, str(project_dir))
+    import make_models  # the recipe's exporter: the same modules, seeds and batch sizes
+
+    from trt_routes.execute.worker import make_inputs
+    from trt_routes.project import open_project
+
+    jobs = {j.name: j for j in open_project(project_dir / "tuning.yaml").jobs}
+    for row in rows:
+        job = jobs[row["job"]]
+        module = make_models.torch_module(job.model.removesuffix("-fp32"))
+        feeds = {k: torch.from_numpy(v).cuda() for k, v in make_inputs(job.inputs, 0).items()}
+        module = module.cuda().eval()
+        for mode in modes:
+            compiled = torch.compile(module, mode=mode)
+            with torch.no_grad():
+                for _ in range(5):
+                    compiled(*feeds.values())
+                torch.cuda.synchronize()
+                samples = []
+                for _ in range(iters):
+                    t0 = time.perf_counter()
+                    compiled(*feeds.values())
+                    torch.cuda.synchronize()
+                    samples.append((time.perf_counter() - t0) * 1e3)
+            row[f"torch_{mode}_ms"] = statistics.median(samples)
+        torch._dynamo.reset()
+
+
+def table(rows: list[dict[str, Any]], modes: list[str]) -> str:
+    head = ["job", "locked route", "default ms", "locked ms", "speedup", "spread", "cos loss",
+            *[f"torch {m} ms" for m in modes]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cos = "-" if r["cos_loss"] is None else f"{r['cos_loss']:.1e}"
+        cells = [r["job"], f"`{r['route']}`", f"{r['default_ms']:.3f}", f"{r['locked_ms']:.3f}",
+                 f"{r['speedup']:.2f}x", f"{r['spread'][0]:.2f}-{r['spread'][1]:.2f}", cos,
+                 *[f"{r.get(f'torch_{m}_ms', float('nan')):.3f}" for m in modes]]
+        lines.append("| " + " | ".join(cells) + " |")
+    for group, target in TARGETS.items():
+        ups = [r["speedup"] for r in rows if r["group"] == group]
+        if ups:
+            geo = math.exp(sum(math.log(u) for u in ups) / len(ups))
+            lines.append(f"\n{group}: geomean {geo:.2f}x over {len(ups)} job(s) (target >= {target:.2f}x): "
+                         f"{'met' if geo >= target else 'NOT met'}; slowest {min(ups):.2f}x")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--project", type=Path, default=REPO / "recipes" / "onnx-gpu")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--torch-modes", default="", help="comma-separated torch.compile modes, e.g. "
+                        "reduce-overhead,max-autotune-no-cudagraphs")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    modes = [m for m in args.torch_modes.split(",") if m]
+    rows = job_rows(args.project.resolve(), args.rounds, args.iters)
+    try:
+        torch_modes(args.project.resolve(), rows, modes, args.iters)
+    except Exception as exc:  # the reference column is optional: say why it is missing
+        print(f"torch.compile reference skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print(table(rows, modes))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
