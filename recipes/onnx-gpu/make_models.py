@@ -43,10 +43,26 @@ def torch_module(name: str) -> Any:
         return timm.create_model({"convnext-t": "convnext_tiny", "vit-b16": "vit_base_patch16_224"}[name],
                                  pretrained=False).eval()
     if name == "bert-base":
-        import transformers
-
-        return transformers.BertModel(transformers.BertConfig()).eval()
+        return _Bert().eval()
     raise SystemExit(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+
+
+def _Bert() -> Any:  # noqa: N802
+    """BERT-base (transformers, random init) called with ``input_ids`` alone, returning plain tensors: the
+    exporter's tracer passes inputs positionally, which transformers 5's BertModel.forward refuses."""
+    import torch
+    import transformers
+
+    class Bert(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = transformers.BertModel(transformers.BertConfig())
+
+        def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.bert(input_ids=input_ids)
+            return out.last_hidden_state, out.pooler_output
+
+    return Bert()
 
 
 def export(name: str) -> Path:

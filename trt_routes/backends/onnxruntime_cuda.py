@@ -131,7 +131,9 @@ def _tiny_model() -> bytes:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
-    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # onnx writes its newest IR version, which an older onnxruntime refuses
+    return bytes(model.SerializeToString())
 
 
 def probe() -> dict[str, Any]:
