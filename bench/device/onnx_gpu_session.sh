@@ -45,6 +45,6 @@ PY
 } > "$OUT/apply.txt" 2>&1
 cp $work/tuning.lock "$OUT/" 2>/dev/null; mkdir -p "$OUT/caches"; cp $work/caches/*.sqlite "$OUT/caches/" 2>/dev/null
 [ "$(left)" -gt 60 ] && timeout $(( $(left) - 15 )) python3 bench/onnx_gpu.py --project $work --rounds 5 \
-  --torch-modes reduce-overhead --out "$OUT/onnx_gpu.json" > "$OUT/bench.txt" 2>&1
+  --torch-modes "${TORCH_MODES:-}" --out "$OUT/onnx_gpu.json" > "$OUT/bench.txt" 2>&1
 echo "== done at $(left) s left" >> "$OUT/bench.txt"
 tail -5 "$OUT"/*.txt

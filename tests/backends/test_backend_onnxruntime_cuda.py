@@ -238,6 +238,7 @@ def test_a_node_the_cuda_provider_cannot_take_fails_the_build_by_name(tmp_path: 
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
     onnx.save(model, str(tmp_path / "u.onnx"))
     spec = BuildSpec(str(tmp_path / "u.onnx"), {}, {"x": {"min": [8], "opt": [8], "max": [8]}},
                      work_dir=str(tmp_path))
