@@ -323,12 +323,12 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
     def _provider_options(self, values: Mapping[str, str]) -> dict[str, str]:
         return {o: values[_knob_name(o)] for o in CUDA_OPTIONS if _knob_name(o) in values}
 
-    def _session_options(self, values: Mapping[str, str]) -> Any:
+    def _session_options(self, values: Mapping[str, str], *, fallback: bool = False) -> Any:
         ort = _ort()
         so = ort.SessionOptions()
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
                                               LEVELS[values["-graph_optimization_level"]])
-        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "0" if fallback else "1")
         return so
 
     def serving(self, route: Mapping[str, str], settings: Mapping[str, Any], engine: str) -> dict[str, Any]:
@@ -396,8 +396,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
     def _cpu_nodes(self, engine: str, values: Mapping[str, str]) -> str:
         """The nodes ORT places on the CPU when fallback is allowed (its verbose placement log)."""
         ort = _ort()
-        so = self._session_options(values)
-        so.add_session_config_entry("session.disable_cpu_ep_fallback", "0")
+        so = self._session_options(values, fallback=True)
         so.log_severity_level = 0
         with captured_fd2() as lines:
             try:
@@ -407,12 +406,13 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         start = next((i for i, line in enumerate(lines) if "placed on [CPUExecutionProvider]" in line), None)
         if start is None:
             return "(ORT's log names no CPU node)"
-        picked = [lines[start]]
-        for line in lines[start + 1:start + 21]:
-            if "placed on [" in line or "[I:" in line or "[V:" in line:
+        nodes = []
+        for line in lines[start + 1:]:  # "... VerifyEachNodeIsAssignedToAnEp]  Unique (the_unique_node)"
+            text = line.split("] ", 1)[-1].strip() if "VerifyEachNodeIsAssignedToAnEp]" in line else ""
+            if not text or "placed on [" in text:
                 break
-            picked.append(line.strip())
-        return "\n".join(picked)
+            nodes.append(text)
+        return "on the CPU provider when fallback is allowed: " + (", ".join(nodes[:20]) or "(not named)")
 
     def load(self, engine_path: Path, spec: BuildSpec) -> CudaRunner:
         ort = _cuda_ort()
