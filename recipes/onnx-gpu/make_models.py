@@ -43,11 +43,11 @@ def torch_module(name: str) -> Any:
         return timm.create_model({"convnext-t": "convnext_tiny", "vit-b16": "vit_base_patch16_224"}[name],
                                  pretrained=False).eval()
     if name == "bert-base":
-        return _Bert().eval()
+        return _bert().eval()
     raise SystemExit(f"unknown model {name!r}; known: {', '.join(MODELS)}")
 
 
-def _Bert() -> Any:  # noqa: N802
+def _bert() -> Any:
     """BERT-base (transformers, random init) called with ``input_ids`` alone, returning plain tensors: the
     exporter's tracer passes inputs positionally, which transformers 5's BertModel.forward refuses."""
     import torch

@@ -57,6 +57,10 @@ MODELS = textwrap.dedent('''\
         return MLP(scale=float("inf"))
 
 
+    def underflows(shapes):
+        return MLP(scale=1.0e-10)  # fine in float32, all zeros in float16 (like a randomly initialised MobileNetV3)
+
+
     class Conv(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -325,6 +329,15 @@ def test_float16_reference_that_overflows_is_an_error_of_the_reference(tmp_path:
     with pytest.raises(ReferenceOverflow, match="eager float16 reference itself overflows"):
         backend.reference(spec, feeds())
     assert np.isfinite(backend.reference(spec_for(tmp_path, "tiny:overflows"), feeds())["output"]).all()
+
+
+def test_float16_reference_that_underflows_names_the_dtype_to_use(tmp_path: Path,
+                                                                  backend: TorchInductorBackend) -> None:
+    spec = spec_for(tmp_path, "tiny:underflows", dtype="float16")
+    with pytest.raises(ReferenceOverflow, match="eager float16 model underflows") as caught:
+        backend.reference(spec, feeds())
+    assert "float32" in (caught.value.hint or "")
+    assert np.abs(backend.reference(spec_for(tmp_path, "tiny:underflows"), feeds())["output"]).max() > 0
 
 
 @pytest.mark.slow  # a torch apply end to end

@@ -98,6 +98,15 @@ def test_no_eligible_route_names_each_failing_check_and_the_threshold_that_admit
     assert "the default route would pass with y cos < 0.0032 (now 0.0001)" in sel.summary
 
 
+def test_a_default_unrelated_to_the_reference_gets_no_threshold_but_the_likely_cause() -> None:
+    """A float16 model whose outputs underflow to zero has cos loss 1.0: no tolerance worth having admits it."""
+    trials = {t.route: t for t in [trial("", 2.0, cos=1.0), trial("-a=1", 1.0, cos=1.0)]}
+    sel = select(trials, list(trials), TOL)
+    assert sel.winner is None
+    assert "would pass with" not in sel.summary
+    assert "default route's y is unrelated to the reference" in sel.summary and "underflow" in sel.summary
+
+
 def test_no_eligible_route_when_every_route_crashed_gives_the_first_error_not_a_tolerance_hint() -> None:
     trials = {t.route: t for t in [trial("", None, status="crashed", error="External data path does not exist"),
                                    trial("-a=1", None, status="timeout", error="after 60 s")]}

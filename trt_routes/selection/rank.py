@@ -153,7 +153,12 @@ def _no_eligible(prelim: list[Verdict], trials: Mapping[str, TrialRecord], toler
     default = trials.get(DEFAULT_ROUTE)
     if default is not None and default.status == "ok" and default.median_ms is not None:
         fails = failing_checks(default, tolerance, lookup)
-        if fails:
+        unrelated = [out for out, check, value in fails if check.metric == "cos" and value >= 1.0]
+        if unrelated:  # no threshold a tolerance could sensibly take would admit it: say what it means
+            line += (f"; even the default route's {', '.join(unrelated)} is unrelated to the reference (cos "
+                     f"loss >= 1: e.g. outputs that underflow to zero in a lower precision): check the model's "
+                     f"precision and the reference before loosening any tolerance")
+        elif fails:
             needed = ", ".join(f"{out} {check.metric} < {_looser(value)} (now {_fmt(check.threshold)})"
                                for out, check, value in fails)
             line += f"; the default route would pass with {needed}"
