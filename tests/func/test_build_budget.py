@@ -41,6 +41,8 @@ def built_routes(manifest: Path) -> set[str]:
 def test_a_build_estimated_past_max_minutes_is_not_started_and_plan_agrees(
         faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     manifest = budgeted(tmp_path, tiny_models, max_minutes=1.0)
+    (planned,) = api.plan(open_project(manifest)).jobs
+    assert any(r.startswith("max_minutes 1: the search stops") for r in planned.reasons)  # not just a count
     result = apply(open_project(manifest), ApplyOptions())
     assert result.exit_code == 0, [o.error for o in result.outcomes]
     # the default route, the group's baseline (1.5 s) and the cheap screen ran; -costly=1 would need

@@ -57,6 +57,21 @@ def test_eta_prices_each_job_at_its_own_measured_trial_time() -> None:
     assert clock_text(3725.4) == "1:02:05" and clock_text(None) == "-:--:--"
 
 
+def test_eta_stops_where_a_jobs_max_minutes_stops_its_search() -> None:
+    """A job planned for 30 builds of 10 s under max_minutes 1: its search stops after a minute, so the
+    estimate is the minute's rest, not 290 s (the H200's torch-gpu plan said eta 0:19:25 for 4-minute jobs)."""
+    now = FakeTime()
+    clock = TrialClock(now)
+    clock.plan({"a": 30, "b": 2}, {"a": 60.0})
+    clock.job_start("a", 30)
+    now.t = 10.0
+    clock.trial_done("a")
+    assert clock.remaining() == pytest.approx(50.0 + 2 * 10.0)
+    now.t = 70.0
+    clock.trial_done("a")
+    assert clock.remaining() == pytest.approx(2 * 35.0)  # a's minute is spent; b at the overall mean
+
+
 def test_a_job_started_beside_a_running_one_does_not_restart_the_clock() -> None:
     now = FakeTime()
     clock = TrialClock(now)

@@ -315,9 +315,13 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         if pending:
             reasons.append(pending)
         bound = build_bound(job, search, known, batch)
+        minutes = job.strategy.max_minutes
         if bound > len(batch):
             reasons.append(f"{len(batch)} build(s) now, at most {bound} in all ({job.strategy.mode}: later steps "
                            "depend on what these measure)")
+        if minutes:  # builds that take minutes (Inductor's autotuning presets) end the search before the count
+            reasons.append(f"max_minutes {minutes:g}: the search stops once its builds have taken that long, "
+                           "whatever the count")
         return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands, bound), False
     cands = tuple(r for r in cands if r in trials)  # what apply selects among (a budget can leave routes out)
     # an objective reads the trials' stored facts (in meta, which light rows leave out)

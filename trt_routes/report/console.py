@@ -180,7 +180,9 @@ class PlainReporter:
 
     def plan(self, plan: Plan) -> None:
         self.total = plan.builds
-        self.clock.plan({jp.job.name: len(jp.to_build) for jp in plan.jobs})
+        self.clock.plan({jp.job.name: len(jp.to_build) for jp in plan.jobs},
+                        {jp.job.name: jp.job.strategy.max_minutes * 60 for jp in plan.jobs
+                         if jp.job.strategy.max_minutes})
         if not self.quiet:
             render_plan(plan, self.console)
 

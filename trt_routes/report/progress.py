@@ -28,12 +28,16 @@ class TrialClock:
     def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
         self.now = now
         self.planned: dict[str, int] = {}
+        self.caps: dict[str, float] = {}
         self.durations: dict[str, list[float]] = {}
         self.current: str | None = None
         self.last: float | None = None
 
-    def plan(self, builds: Mapping[str, int]) -> None:
+    def plan(self, builds: Mapping[str, int], caps: Mapping[str, float] | None = None) -> None:
+        """``builds``: each job's planned builds; ``caps``: the seconds a job's budget (``max_minutes``) allows
+        at most, so its estimate never runs past the point where the budget stops its search."""
         self.planned = {job: n for job, n in builds.items() if n}
+        self.caps = dict(caps or {})
 
     def job_start(self, job: str, builds: int) -> None:
         self.planned[job] = max(self.planned.get(job, 0), builds)
@@ -66,7 +70,13 @@ class TrialClock:
             ds = self.durations.get(job)
             return sum(ds) / len(ds) if ds else overall
 
-        total = sum(self._left(job) * cost(job) for job in self.planned)
+        def left_s(job: str) -> float:
+            full = self._left(job) * cost(job)
+            if job in self.caps:  # max_minutes stops the job's search: no estimate beyond it
+                full = min(full, max(self.caps[job] - sum(self.durations.get(job, [])), 0.0))
+            return full
+
+        total = sum(left_s(job) for job in self.planned)
         if self.current is not None and self.last is not None and self._left(self.current):
             # the trial now running: its expected cost less the time it has already run
             running = cost(self.current)
