@@ -99,6 +99,21 @@ def test_plain_lines_when_not_a_terminal(tmp_path: Path, tiny_models: dict[str, 
     assert "Plan" in out and "Summary" in out and "losses" not in out
 
 
+def test_a_search_that_may_add_builds_counts_against_its_bound(tmp_path: Path,
+                                                              tiny_models: dict[str, Path]) -> None:
+    """adaptive decides later steps from what it measures: the plan says so up front and the counter counts
+    against the bound it gave, never a total that grows as the search adds builds."""
+    manifest = make_project(tmp_path / "p", tiny_models, mode="adaptive")
+    result = CliRunner().invoke(app, ["apply", "--only", "cnn/bs1/*", "-m", str(manifest)])
+    assert result.exit_code == 0, result.output
+    said = re.search(r"build\(s\) to run now; the searches may add more, at most (\d+) in all", result.output)
+    assert said is not None, result.output
+    counts = re.findall(r"^  \[(\d+) of at most (\d+)\] cnn/bs1/cpu ", result.output, re.M)
+    assert counts and {int(bound) for _, bound in counts} == {int(said[1])}
+    assert [int(done) for done, _ in counts] == list(range(1, len(counts) + 1))
+    assert len(counts) <= int(said[1])
+
+
 def test_quiet_and_verbose(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     quiet = make_project(tmp_path / "q", tiny_models)
     result = CliRunner().invoke(app, ["apply", "--quiet", "--only", "cnn/bs1/*", "-m", str(quiet)])

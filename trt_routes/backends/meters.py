@@ -107,7 +107,11 @@ class MemoryMeter:
             except Exception:
                 return None
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, engine_bytes: int | None = None) -> dict[str, Any]:
+        """The reading, or nothing where it cannot be right: a running engine holds its weights, so a peak
+        under half the engine file's bytes means the meter missed the allocation (memory the process had
+        already taken and freed is reused without raising its peak), and that wrong small number would make
+        routes look cheaper than they are."""
         if self.before is None:
             return {}
         if self.gpu:
@@ -119,7 +123,10 @@ class MemoryMeter:
             source = "VmHWM - VmRSS before load"
         if after is None:
             return {}
-        return {"device_memory_mb": max(0.0, after - self.before) / 1e6, "memory_source": source}
+        grown = max(0.0, after - self.before)
+        if engine_bytes and grown < engine_bytes / 2:
+            return {}
+        return {"device_memory_mb": grown / 1e6, "memory_source": source}
 
 
 class EnergyMeter:

@@ -162,12 +162,12 @@ def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine:
     energy = EnergyMeter(task.spec.target)
     result.samples, meta = timed_samples(runner, feeds, task.warmup, task.iterations, task.repeats, task.settle)
     result.meta.update(meta)
-    result.meta["facts"] = _facts(task, runner, result, energy, memory)
+    result.meta["facts"] = _facts(task, runner, result, energy, memory, _size(engine))
     return result
 
 
 def _facts(task: TrialTask, runner: object, result: TaskResult, energy: EnergyMeter,
-           memory: MemoryMeter) -> dict[str, object]:
+           memory: MemoryMeter, engine_bytes: int | None = None) -> dict[str, object]:
     """The trial's facts beside its samples (``trt_routes.evidence.facts``); the runner's own accounting
     (``runner.facts()``, e.g. a replayed landscape's) replaces what the worker measured. Energy counts
     every run of the engine since the fixed warm-up (warm-up, settle and timed runs) times the batch."""
@@ -175,7 +175,7 @@ def _facts(task: TrialTask, runner: object, result: TaskResult, energy: EnergyMe
     runs = (task.warmup + 1 if task.warmup else 0) + int(result.meta.get("settle_runs", 0)) + len(result.samples)
     out: dict[str, object] = {**facts.latency_facts(result.samples), "batch": batch}
     out.update(energy.finish(runs * batch))
-    out.update(memory.finish())
+    out.update(memory.finish(engine_bytes))
     own = getattr(runner, "facts", None)
     if callable(own):
         out.update(own())

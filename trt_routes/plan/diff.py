@@ -93,6 +93,11 @@ class Plan:
     def builds(self) -> int:
         return sum(len(j.to_build) for j in self.jobs)
 
+    @property
+    def at_most(self) -> int:
+        """The builds every job's search may ask for in all (``builds`` is their next step)."""
+        return sum(max(j.at_most or 0, len(j.to_build)) for j in self.jobs)
+
     def to_json(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for j in self.jobs:

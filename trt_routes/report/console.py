@@ -99,6 +99,8 @@ def render_plan(plan: Plan, console: Console) -> None:
     if not plan.has_work:
         console.print("Nothing to do here: every other job is up to date." if plan.blocked
                       else "Nothing to do: every job is up to date.")
+    elif plan.at_most > plan.builds:
+        console.print(f"{plan.builds} build(s) to run now; the searches may add more, at most {plan.at_most} in all.")
     else:
         console.print(f"{plan.builds} build(s) to run now.")
 
@@ -176,10 +178,12 @@ class PlainReporter:
         self.quiet = quiet
         self.done = 0
         self.total = 0
+        self.at_most = 0
         self.clock = TrialClock()
 
     def plan(self, plan: Plan) -> None:
         self.total = plan.builds
+        self.at_most = plan.at_most
         self.clock.plan({jp.job.name: len(jp.to_build) for jp in plan.jobs},
                         {jp.job.name: jp.job.strategy.max_minutes * 60 for jp in plan.jobs
                          if jp.job.strategy.max_minutes})
@@ -205,7 +209,10 @@ class PlainReporter:
             status = f"accuracy-failed ({shorten(failed[0].split(': ', 1)[-1])}" + (
                 f"; +{len(failed) - 1} more)" if len(failed) > 1 else ")")
         took = f" in {seconds:.1f} s" if seconds is not None else ""
-        self.console.print(f"  [{self.done}/{max(self.total, self.done)}] {job.name} "
+        # a search may add builds: count against its bound, never a total that moves
+        count = (f"{self.done}/{self.total}" if self.at_most <= self.total
+                 else f"{self.done} of at most {max(self.at_most, self.done)}")
+        self.console.print(f"  [{count}] {job.name} "
                            f"{describe(trial.route)}: {status}{extra}{took}, "
                            f"eta {clock_text(self.clock.remaining())}", markup=False, highlight=False)
         if self.verbose and trial.losses:
