@@ -190,3 +190,35 @@ def test_init_example_writes_the_quickstart(tmp_path: Path) -> None:
         onnx.checker.check_model(str(demo / "recipes" / "quickstart" / f"{name}.onnx"), full_check=True)
     code, out = cli("init", "--example", str(demo))
     assert code == 2 and "already exists" in out
+
+
+def _reshaped_ids_model(path: Path) -> Path:
+    """Token ids that pass a Reshape and an Unsqueeze before the embedding's Gather, as torch.onnx.export
+    (dynamo=True) writes a GPT-2's; a 50-row table."""
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((VOCAB, 4)).astype(np.float32), "wte")
+    shape = numpy_helper.from_array(np.array([-1, 8], dtype=np.int64), "shape")
+    nodes = [helper.make_node("Reshape", ["input_ids", "shape"], ["ids2"]),
+             helper.make_node("Gather", ["wte", "ids2"], ["y"], axis=0)]
+    graph = helper.make_graph(nodes, "gpt", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])], [table, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_ids_beyond_the_embedding_are_refused_at_validate_through_shape_only_ops(tmp_path: Path) -> None:
+    """init follows the ids through the Reshape to the Gather (high: 50, not 2); validate refuses a high
+    beyond the table at its position, naming the table and the bound to write."""
+    model = _reshaped_ids_model(tmp_path / "gpt.onnx")
+    manifest = tmp_path / "tuning.yaml"
+    code, out = cli("init", str(model), "-o", str(manifest))
+    assert code == 0, out
+    data = yaml.safe_load(manifest.read_text())
+    assert data["models"]["gpt"]["inputs"]["input_ids"]["high"] == VOCAB
+    data["models"]["gpt"]["inputs"]["input_ids"]["high"] = 40000
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, out = cli("validate", "-m", str(manifest))
+    assert code == 2, out
+    assert "high 40000 is beyond the table it indexes 'wte' (50 rows)" in out and "write high: 50" in out
+    assert "tuning.yaml:" in out

@@ -46,6 +46,8 @@ class ModelFiles:
     side: tuple[tuple[str, Path], ...] = ()
     inputs: tuple[TensorInfo, ...] | None = None  # None: not an ONNX model (a .pt2, a landscape)
     outputs: tuple[TensorInfo, ...] | None = None
+    #: integer input -> (exclusive bound, why): the rows of the weight table it indexes (an embedding)
+    index_limits: dict[str, tuple[int, str]] = field(default_factory=dict, compare=False)
     _shas: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -100,7 +102,8 @@ def read_model_files(path: Path) -> ModelFiles:
     side = tuple((rel, _side_path(path, rel)) for rel in graph["external"])
     inputs = tuple(_tensor_of(t) for t in graph["inputs"])
     outputs = tuple(_tensor_of(t) for t in graph["outputs"])
-    return ModelFiles(path, side, inputs, outputs, _shas={path.name: sha})
+    limits = {name: (int(size), str(why)) for name, (size, why) in graph.get("index_limits", {}).items()}
+    return ModelFiles(path, side, inputs, outputs, limits, _shas={path.name: sha})
 
 
 def _sha256(path: Path) -> str:
@@ -121,7 +124,9 @@ def _graph_facts(path: Path, sha: str) -> dict[str, Any]:
         init = {t.name for t in proto.graph.initializer}
         facts = {"external": external_locations(proto),
                  "inputs": [_tensor_data(_tensor(v)) for v in proto.graph.input if v.name not in init],
-                 "outputs": [_tensor_data(_tensor(v)) for v in proto.graph.output]}
+                 "outputs": [_tensor_data(_tensor(v)) for v in proto.graph.output],
+                 "index_limits": {v.name: found for v in proto.graph.input if v.name not in init
+                                  and (found := index_range(proto.graph, v.name)) is not None}}
         memo.remember("onnx-graph", key, facts)
     return facts
 
@@ -149,6 +154,39 @@ def _load_proto(path: Path) -> Any:
         raise ModelFileError(path, f"not an ONNX model: {path} (no graph with outputs)",
                              "export the model with torch.onnx.export or onnx.save")
     return proto
+
+
+#: Ops that pass their first input's values on unchanged (only its shape or type changes): token ids reach the
+#: embedding's Gather through these in torch.onnx.export(dynamo=True) graphs (a GPT-2's View/Reshape).
+SHAPE_ONLY = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Cast", "Identity", "Transpose", "View"})
+
+
+def index_range(graph: Any, name: str) -> tuple[int, str] | None:
+    """The exclusive upper bound of integer input ``name`` where it indexes a weight table (an embedding's
+    Gather, reached directly or through shape-only ops): the table's size along the gathered axis, the
+    smallest over every such use; None where it indexes none."""
+    tables = {t.name: list(t.dims) for t in graph.initializer}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    best: tuple[int, str] | None = None
+    seen, todo = {name}, [name]
+    while todo:
+        value = todo.pop()
+        for node in consumers.get(value, []):
+            if node.op_type in SHAPE_ONLY and node.input and node.input[0] == value:
+                todo += [o for o in node.output if o not in seen]
+                seen.update(node.output)
+            elif node.op_type == "Gather" and len(node.input) >= 2 and node.input[1] == value:
+                dims = tables.get(node.input[0])
+                if not dims:
+                    continue
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                size = int(dims[axis if axis >= 0 else axis + len(dims)])
+                if best is None or size < best[0]:
+                    best = (size, f"indexes '{node.input[0]}' ({size} rows)")
+    return best
 
 
 def external_locations(proto: Any) -> list[str]:

@@ -37,6 +37,7 @@ class _Check:
         self.graph = {t.name: t for t in files.inputs} if files is not None and files.inputs is not None else None
         self.outputs = [t.name for t in files.outputs] if files is not None and files.outputs is not None else None
         self.file = files.path.name if files is not None else ""
+        self.limits = files.index_limits if files is not None else {}
         self.problems: list[ManifestError] = []
 
     def fail(self, where: tuple[str | int, ...], message: str, hint: str | None = None, *,
@@ -169,6 +170,10 @@ class _Check:
         if dtype in INTEGER and int(high) <= int(low):
             self.fail((*where, "high"), f"input '{name}': the integer range [{low:g}, {high:g}) is empty "
                       "(high is exclusive)", f"for example low: {int(low)}, high: {int(low) + 2}")
+        elif dtype in INTEGER and name in self.limits and int(high) > self.limits[name][0]:
+            size, why = self.limits[name]
+            self.fail((*where, "high"), f"input '{name}': high {high:g} is beyond the table it {why}: ids from "
+                      f"{size} on make the model's Gather fail", f"write high: {size} (high is exclusive)")
         elif low == high:
             self.fail((*where, "high"), f"input '{name}': the range [{low:g}, {high:g}) is empty",
                       "give high above low")

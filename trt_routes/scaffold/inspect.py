@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trt_routes.errors import UsageError
+from trt_routes.files.model_files import index_range
 
 #: ONNX element types trt-routes can generate inputs for -> the manifest's dtype names.
 DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 9: "bool"}
@@ -90,7 +91,7 @@ def inspect_onnx(path: Path) -> ModelInfo:
         low = high = None
         why = ""
         if dtype in INTEGER:
-            found = _index_range(graph, value.name, initializers)
+            found = index_range(graph, value.name)
             if found is not None:
                 low, high, why = 0, found[0], found[1]
         inputs.append(ModelInput(value.name, dtype, tuple(dims), low, high, why))
@@ -101,21 +102,3 @@ def inspect_onnx(path: Path) -> ModelInfo:
     return ModelInfo(path, tuple(inputs), precision)
 
 
-def _index_range(graph: object, name: str, initializers: dict[str, object]) -> tuple[int, str] | None:
-    """The exclusive upper bound of an integer input used as Gather indices into a weight table (an
-    embedding): the table's size along the gathered axis, the smallest over every such use."""
-    best: tuple[int, str] | None = None
-    for node in graph.node:  # type: ignore[attr-defined]
-        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] != name:
-            continue
-        table = initializers.get(node.input[0])
-        if table is None:
-            continue
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        dims = list(table.dims)  # type: ignore[attr-defined]
-        if not dims:
-            continue
-        size = int(dims[axis if axis >= 0 else axis + len(dims)])
-        if best is None or size < best[0]:
-            best = (size, f"indexes '{node.input[0]}' ({size} rows)")
-    return best
