@@ -117,6 +117,14 @@ def test_errors_are_json_documents_with_the_exit_code(a: Path, tmp_path: Path) -
     assert (err["line"], err["file"]) == (line, str(a)) and err["column"] >= 1
     assert "did you mean 'shapes'?" in err["hint"]
 
+    text = text.replace("shapez:", "shapes:").replace("mode: fast", "mode: bogus", 1)
+    text = text.replace("threshold: 0.0001", "threshold: -1", 1)
+    a.write_text(text)
+    err = run_json("validate", "--json", "-m", str(a), code=2)
+    assert len(err["problems"]) == 2, err  # every problem, in file order, not just the first
+    assert [p["line"] for p in err["problems"]] == sorted(p["line"] for p in err["problems"])
+    assert "bogus" in err["problems"][0]["message"] + err["problems"][1]["message"]
+
 
 def test_usage_errors_under_json(a: Path) -> None:
     err = run_json("plan", "--json", "--only", "cnn/bs9*", "-m", str(a), code=2)

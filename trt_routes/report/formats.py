@@ -66,14 +66,18 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
+def _where(exc: BaseException) -> dict[str, Any]:
+    return {"message": str(getattr(exc, "message", None) or getattr(exc, "format_message", lambda: str(exc))()),
+            "file": getattr(exc, "path", None), "line": getattr(exc, "line", None),
+            "column": getattr(exc, "column", None), "hint": getattr(exc, "hint", None)}
+
+
 def error_document(exc: BaseException, code: int) -> dict[str, Any]:
-    """A failure as a ``trt-routes/error@1`` document; manifest errors carry their file, line and column."""
-    return document("error", {
-        "code": int(code), "error": type(exc).__name__,
-        "message": str(getattr(exc, "message", None) or getattr(exc, "format_message", lambda: str(exc))()),
-        "file": getattr(exc, "path", None), "line": getattr(exc, "line", None),
-        "column": getattr(exc, "column", None), "hint": getattr(exc, "hint", None),
-    })
+    """A failure as a ``trt-routes/error@1`` document; manifest errors carry their file, line and column, and
+    a manifest with several problems lists every one under ``problems`` (the first is also the top level)."""
+    many = getattr(exc, "problems", None) or []
+    return document("error", {"code": int(code), "error": type(exc).__name__, **_where(exc),
+                              "problems": [_where(p) for p in many]})
 
 
 # -- schemas ----------------------------------------------------------------------------------------
@@ -120,7 +124,10 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "error": ("A failure: the exit code, the error class, its message and where it is (manifest errors).",
               {"code": {"type": "integer", "minimum": 1}, "error": _STR, "message": _STR, "file": _STR_OR_NULL,
                "line": {"type": ["integer", "null"]}, "column": {"type": ["integer", "null"]},
-               "hint": _STR_OR_NULL}, {}),
+               "hint": _STR_OR_NULL,
+               "problems": _list(_obj({"message": _STR, "file": _STR_OR_NULL, "line": {"type": ["integer", "null"]},
+                                       "column": {"type": ["integer", "null"]}, "hint": _STR_OR_NULL},
+                                      closed=True))}, {}),
     "validate": ("`validate`: the manifest is valid; its models and jobs, and the jobs that cannot run here.",
                  {"manifest": _STR, "ok": {"const": True}, "models": _INT,
                   "jobs": _list(_obj({"job": _STR, "backend": _STR, "blocked": _STR_OR_NULL}, closed=True))}, {}),
