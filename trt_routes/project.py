@@ -119,8 +119,39 @@ def project_lock(project: Project) -> FileLock:
     holds it (apply, apply --frozen, cache import/pull/gc)."""
     from filelock import FileLock  # imported by the commands that write (~10 ms a `plan` does without)
 
+    check_writable(project)
     project.cache_path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(project.cache_path) + ".lock")
+
+
+def check_writable(project: Project) -> None:
+    """Before anything is written: each folder ``paths`` names (the cache's, the engines', the lockfile's, the
+    output's) exists and is writable, or can be made; else a ManifestError at that ``paths`` entry (a path under
+    /proc or a read-only mount failed half-way through apply with a traceback)."""
+    import os
+    import tempfile
+
+    engines = project.loaded.resolve(project.loaded.manifest.paths.engines)
+    folders = {"cache": project.cache_path.parent, "engines": engines, "lockfile": project.lock_path.parent,
+               "out": project.out_dir}
+    for name, folder in folders.items():
+        ancestor = folder
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        why = None
+        if not ancestor.is_dir():
+            why = f"{ancestor} is not a folder"
+        elif ancestor == folder and not os.access(folder, os.W_OK | os.X_OK):
+            why = f"{folder} is not writable"
+        elif ancestor != folder:
+            try:  # what mkdir would meet (procfs, a read-only mount, permissions), undone at once
+                os.rmdir(tempfile.mkdtemp(prefix=".trt-routes-probe-", dir=ancestor))
+            except OSError as exc:
+                why = f"{folder} cannot be created under {ancestor} ({exc.strerror or exc})"
+        if why is not None:
+            raise project.loaded.error(("paths", name), f"paths.{name}: {why}",
+                                       "point it at a folder this user can write (relative paths are taken from "
+                                       "the manifest's folder)")
 
 
 @contextmanager
