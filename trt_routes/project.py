@@ -142,7 +142,8 @@ def check_writable(project: Project) -> None:
         if not ancestor.is_dir():
             why = f"{ancestor} is not a folder"
         elif ancestor == folder and not os.access(folder, os.W_OK | os.X_OK):
-            why = f"{folder} is not writable"
+            read_only = hasattr(os, "statvfs") and os.statvfs(folder).f_flag & os.ST_RDONLY
+            why = f"{folder} is on a read-only file system" if read_only else f"{folder} is not writable"
         elif ancestor != folder:
             try:  # what mkdir would meet (procfs, a read-only mount, permissions), undone at once
                 os.rmdir(tempfile.mkdtemp(prefix=".trt-routes-probe-", dir=ancestor))
