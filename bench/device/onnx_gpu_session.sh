@@ -12,7 +12,8 @@ stage=$1; budget=${2:-540}; arg=${3:-}
 start=$(date +%s); left() { echo $(( budget - ($(date +%s) - start) )); }
 repo=$PWD; work=/tmp/og
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-python3 -c "import sys; sys.path.insert(0,'/tmp/site'); import onnxruntime" 2>/dev/null || bash .dev/wheel/run/assemble.sh
+# the image's own onnxruntime (CPU) imports too: test for the GPU build's provider library itself
+[ -f /tmp/site/onnxruntime/capi/libonnxruntime_providers_cuda.so ] || bash .dev/wheel/run/assemble.sh || exit 1
 export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1
 if [ "$stage" = bench ]; then
   timeout $(( $(left) - 10 )) python3 bench/onnx_gpu.py --project $work --rounds 7 --torch-modes "$arg" \
