@@ -65,6 +65,8 @@ def test_every_reading_command_prints_one_valid_document(a: Path, tmp_path: Path
     status = check("status", "status")
     assert status["ok"] and {r["state"] for r in status["jobs"]} == {"ok"}
     assert len(check("explain", "explain", "cnn/bs1/cpu")["trials"]) == 5
+    assert check("layers", "explain", "cnn/bs1/cpu", "--layers")["job"] == "cnn/bs1/cpu"
+    assert check("profile", "profile", "cnn/bs1/cpu")["layers"]
     report = check("report", "report", "--html", str(tmp_path / "r.html"))
     assert report["jobs"] == 2 and (tmp_path / "r.html").is_file()
     assert check("lock-show", "lock", "show", "cnn/bs1/cpu")["job"] == "cnn/bs1/cpu"

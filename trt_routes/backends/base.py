@@ -26,6 +26,8 @@ from trt_routes.errors import TrtRoutesError
 if TYPE_CHECKING:  # the coordinator's commands import this module; only workers need numpy
     import numpy as np
 
+    from trt_routes.evidence.layers import LayerProfile
+
 Feeds = dict[str, "np.ndarray"]
 
 
@@ -175,6 +177,12 @@ class Backend(ABC):
     @abstractmethod
     def load(self, engine_path: Path, spec: BuildSpec) -> Runner:
         """Load an engine built by ``build`` (runtime knobs of ``spec.route`` applied)."""
+
+    def profile(self, engine_path: Path, spec: BuildSpec, feeds: Feeds) -> LayerProfile:
+        """Where the engine spends its time, layer by layer (``trt_routes.evidence.layers``): runs of its own,
+        never a timed run's. Default: this backend has no profiler (TrtRoutesError says so)."""
+        raise TrtRoutesError(f"backend {self.name} gives no layer profile",
+                             "explain --layers works for the onnxruntime and onnxruntime-cuda backends")
 
     def warm_up(self, spec: BuildSpec) -> None:
         """Do in a fresh worker, ahead of its first task, what that task would otherwise pay for (import

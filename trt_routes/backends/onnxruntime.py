@@ -9,7 +9,6 @@ __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeRunner"]
 import os
 import re
 import threading
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,14 +16,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from trt_routes import catalog as catalog_module
 from trt_routes.backends.base import Backend, BuildSpec, Feeds, Runner, time_on_host
 from trt_routes.backends.native_log import captured_fd2
+from trt_routes.backends.ort_graph import embed_external_data, op_counts, summarize_log
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
 from trt_routes.files import memo
-from trt_routes.files.model_files import external_path, onnx_tensors
 
 if TYPE_CHECKING:
     import numpy as np
     import onnxruntime as ort
+
+    from trt_routes.evidence.layers import LayerProfile
 
 #: Bumped whenever the meaning of a knob (its mapping onto ORT) changes; enters the catalog.
 KNOBS_VERSION = "ort-knobs/1"
@@ -89,6 +90,10 @@ _NP_TYPES: dict[str, str] = {
     "tensor(uint64)": "uint64", "tensor(bool)": "bool",
 }
 _MODIFIED = re.compile(r"GraphTransformer (\S+) modified: (\d+)")
+
+
+def route_text(route: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(route.items()))
 
 
 def _ort() -> Any:
@@ -186,47 +191,6 @@ def _probe(name: str) -> dict[str, Any]:
     if PROVIDER not in ort.get_available_providers():
         return {"unavailable": f"this onnxruntime build has no {PROVIDER}"}
     return {"unavailable": None, "catalog": _build_catalog().to_record(), "software": _software(name)}
-
-
-def _summarize_log(lines: list[str]) -> list[str]:
-    """Warnings and errors as ORT wrote them, plus which transformers changed the graph."""
-    kept = [line for line in lines if "[W:" in line or "[E:" in line or "[F:" in line]
-    applied = sorted({m.group(1) for line in lines if (m := _MODIFIED.search(line)) and m.group(2) != "0"})
-    return [*kept, f"transformers that modified the graph: {', '.join(applied) or 'none'}"]
-
-
-def _op_counts(path: Path) -> str:
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    counts = Counter(f"{n.domain + ':' if n.domain else ''}{n.op_type}" for n in model.graph.node)
-    return ", ".join(f"{op} x{count}" for op, count in sorted(counts.items()))
-
-
-def embed_external_data(engine_path: Path, model_dir: Path) -> int:
-    """Make the optimized model at ``engine_path`` self-contained; returns how many tensors it embedded.
-
-    ORT's optimized model keeps the source model's external-data references (``model.onnx.data``,
-    relative to the source's folder), so the engine would not load from the blob store or anywhere else.
-    Their bytes are read from ``model_dir`` and written into the engine (protobuf's 2 GiB limit applies)."""
-    import onnx
-
-    model = onnx.load(str(engine_path), load_external_data=False)
-    external = [t for t in onnx_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
-    if not external:
-        return 0
-    for tensor in external:  # read here: onnx's own loader refuses hard-linked files (DVC caches, Ray nodes)
-        info = {e.key: e.value for e in tensor.external_data}
-        with open(model_dir / external_path(info.get("location", "")), "rb") as f:
-            f.seek(int(info.get("offset") or 0))
-            tensor.raw_data = f.read(int(info["length"])) if info.get("length") else f.read()
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        del tensor.external_data[:]
-    if model.ByteSize() >= 2**31:
-        raise RuntimeError(f"the optimized model of {model_dir} is 2 GiB or more with its weights: "
-                           "the onnxruntime backend stores engines as one self-contained file")
-    engine_path.write_bytes(model.SerializeToString())
-    return len(external)
 
 
 def _cast_feeds(feeds: Mapping[str, np.ndarray], types: Mapping[str, Any]) -> Feeds:
@@ -453,7 +417,7 @@ class OnnxRuntimeBackend(Backend):
                                      disabled_optimizers=disabled or None)
             except Exception as exc:
                 error = exc
-        log = _summarize_log(lines)
+        log = summarize_log(lines)
         if error is not None:
             raise RuntimeError(f"onnxruntime could not optimize {spec.model_path}: {error}\n"
                                + "\n".join(log))
@@ -467,7 +431,7 @@ class OnnxRuntimeBackend(Backend):
             f"build knobs: {' '.join(f'{k}={v}' for k, v in build_knobs.items()) or '(defaults)'}",
             f"disabled_optimizers: {', '.join(disabled) or 'none'}",
             f"free dimension overrides: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}",
-            f"optimized graph: {_op_counts(engine_path)}",
+            f"optimized graph: {op_counts(engine_path)}",
             *([f"external data embedded: {embedded} tensor(s)"] if embedded else []),
         ]
         return "\n".join([*header, *log]) + "\n"
@@ -477,6 +441,13 @@ class OnnxRuntimeBackend(Backend):
         so = self._runtime_options(self._route(spec.route))
         session = ort.InferenceSession(str(engine_path), so, providers=[PROVIDER])
         return OnnxRuntimeRunner(session)
+
+    def profile(self, engine_path: Path, spec: BuildSpec, feeds: Feeds) -> LayerProfile:
+        from trt_routes.backends.ort_profile import profile_session
+
+        options, ort = self._runtime_options(self._route(spec.route)), _ort()
+        return profile_session(lambda so: ort.InferenceSession(str(engine_path), so, providers=[PROVIDER]), options,
+                               feeds, backend=self.name, route=route_text(spec.route))
 
     def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
         """The original model at ``basic`` optimization (default session otherwise), one session per model."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 __all__ = ["CUDA_OPTIONS", "OnnxRuntimeCudaBackend", "to_float16"]
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -27,9 +28,11 @@ from typing import Any, ClassVar
 
 from trt_routes.backends.base import BuildSpec, Feeds
 from trt_routes.backends.native_log import captured_fd2
-from trt_routes.backends.onnxruntime import LEVELS, OnnxRuntimeBackend, _cast_feeds, _op_counts, _ort
+from trt_routes.backends.onnxruntime import LEVELS, OnnxRuntimeBackend, _cast_feeds, _ort, route_text
+from trt_routes.backends.ort_graph import embed_external_data, op_counts
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import TrtRoutesError
+from trt_routes.evidence.layers import LayerProfile
 
 KNOBS_VERSION = "ort-cuda-knobs/1"
 PROVIDER = "CUDAExecutionProvider"
@@ -371,7 +374,6 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
                 raise RuntimeError(f"onnxruntime could not optimize {source}: {exc}") from None
         if not engine_path.is_file() or engine_path.stat().st_size == 0:
             raise RuntimeError(f"onnxruntime wrote no optimized model to {engine_path}\n" + "\n".join(lines))
-        from trt_routes.backends.onnxruntime import embed_external_data
 
         embedded = embed_external_data(engine_path, Path(source).parent)
         placement = self._check_placement(str(engine_path), values)
@@ -379,7 +381,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         return "\n".join([
             f"onnxruntime {ort.__version__} {PROVIDER}", f"route: {knobs}",
             f"provider options: {json.dumps(self._provider_options(values), sort_keys=True)}",
-            f"engine graph (basic): {_op_counts(engine_path)}",
+            f"engine graph (basic): {op_counts(engine_path)}",
             *([f"external data embedded: {embedded} tensor(s)"] if embedded else []), placement]) + "\n"
 
     def _check_placement(self, engine: str, values: Mapping[str, str]) -> str:
@@ -424,6 +426,20 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
                                        providers=[(PROVIDER, options_with_device)])
         return CudaRunner(session, device_id, options.get("enable_cuda_graph") == "1", str(engine_path),
                           options_with_device)
+
+    def profile(self, engine_path: Path, spec: BuildSpec, feeds: Feeds) -> LayerProfile:
+        """ORT's profiler with the route's options, CUDA graph capture off (a replayed graph records no node):
+        each node's time is the host's launch time, which the sums check in explain says."""
+        from trt_routes.backends.ort_profile import profile_session
+
+        ort, values = _cuda_ort(), self._route(spec.route)
+        options = {**self._provider_options(values), "device_id": str(_device_id(spec)), "enable_cuda_graph": "0"}
+        profile = profile_session(
+            lambda so: ort.InferenceSession(str(engine_path), so, providers=[(PROVIDER, options)]),
+            self._session_options(values), feeds, backend=self.name, route=route_text(spec.route))
+        return dataclasses.replace(profile, note="node times are host launch times on the CUDA provider"
+                                   + ("; CUDA graph off while profiled" if values.get("-enable_cuda_graph") == "1"
+                                      else ""))
 
     def reference_version(self) -> str:
         """Same reference as the CPU backend (the source model in float32 on the CPU provider)."""

@@ -37,16 +37,50 @@ def explain(
     job: Annotated[str, typer.Argument(help="Job name, e.g. resnet-like/bs8/cpu.")],
     manifest: ManifestOpt = Path("tuning.yaml"),
     as_json: JsonOpt = False,
+    show_layers: Annotated[bool, typer.Option("--layers", help="Where the gain comes from: the default route "
+                                              "against the winner, layer by layer (profiles taken if missing).")]
+    = False,
 ) -> None:
     """Why a job's route was chosen: every trial, its verdict, and the lock history."""
     from trt_routes.audit.explain import explain as do_explain
     from trt_routes.report.console import render_explain
 
+    if show_layers:
+        from trt_routes.audit.layers import layers
+        from trt_routes.report.layers_text import render_layers
+
+        rep = layers(open_project(manifest), job)
+        if as_json:
+            write_json("layers", rep.to_json())
+        else:
+            render_layers(rep, console())
+        return
     ex = do_explain(open_project(manifest), job)
     if as_json:
         write_json("explain", ex.to_json())
     else:
         render_explain(ex, console())
+
+
+@app.command()
+def profile(
+    job: Annotated[str, typer.Argument(help="Job name, e.g. resnet-like/bs8/cpu.")],
+    route: Annotated[str | None, typer.Option("--route", help="The route to profile ('' for the default); "
+                                              "default: the locked route.")] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Take the profile again even if one is stored.")] = False,
+    manifest: ManifestOpt = Path("tuning.yaml"),
+    as_json: JsonOpt = False,
+) -> None:
+    """One route's layer profile: where its engine spends its time, layer by layer."""
+    from trt_routes.audit.layers import profile_job
+    from trt_routes.report.layers_text import render_profile
+
+    found, prof = profile_job(open_project(manifest), job, route, fresh)
+    if as_json:
+        write_json("profile", {"job": found.name, **{k: v for k, v in prof.to_json().items()},
+                               "layers_ms": prof.total_ms})
+    else:
+        render_profile(found.name, prof, console())
 
 
 @app.command()

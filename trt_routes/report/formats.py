@@ -103,6 +103,8 @@ def _list(item: dict[str, Any]) -> dict[str, Any]:
     return {"type": "array", "items": item}
 
 
+_SIDE = _obj({"median_ms": _NUM_OR_NULL, "layers_ms": {"type": "number"}, "wall_ms": _NUM_OR_NULL, "runs": _INT,
+              "note": _STR}, closed=True)
 _JOB_PLAN = _obj({"job": _STR, "action": {"enum": ["up-to-date", "tune", "reselect", "materialize", "blocked",
                                                    "skipped"]},
                   "reasons": _STRS, "to_build": _STRS, "reused": _INT, "pending": _STR_OR_NULL,
@@ -141,6 +143,19 @@ _FORMATS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "explain": ("`explain JOB`: the decision, every trial with its verdict, provenance and lock history.",
                 {"job": _STR, "rule": _STR_OR_NULL, "summary": _STR, "winner": _STR_OR_NULL,
                  "default_ms": _NUM_OR_NULL, "chosen_ms": _NUM_OR_NULL, "trials": _list(_OBJ)}, {}),
+    "layers": ("`explain JOB --layers`: the default route against the winner (or the closest challenger to a kept "
+               "default), layer by layer, largest difference first; times in ms, diff_ms > 0: faster in the winner.",
+               {"job": _STR, "default_route": _STR, "winner_route": _STR, "why": _STR, "same_layers": _BOOL,
+                "gain_ms": {"type": "number"}, "default": _SIDE, "winner": _SIDE, "notes": _STRS,
+                "rows": _list(_obj({"name": _STR, "winner_name": _STR_OR_NULL, "op": _STR,
+                                    "default_ms": _NUM_OR_NULL, "winner_ms": _NUM_OR_NULL,
+                                    "diff_ms": {"type": "number"}, "share": _NUM_OR_NULL,
+                                    "paired_by": _STR_OR_NULL}, closed=True))}, {}),
+    "profile": ("`profile JOB`: one route's layer profile (median ms per layer over its profiled runs).",
+                {"job": _STR, "route": _STR, "backend": _STR, "runs": _INT, "wall_ms": _NUM_OR_NULL,
+                 "layers_ms": {"type": "number"}, "dropped": _INT, "note": _STR,
+                 "layers": _list(_obj({"name": _STR, "op": _STR, "where": _STR, "ms": {"type": "number"}},
+                                      closed=True))}, {}),
     "report": ("`report --html FILE`: the file written and how many jobs it shows.",
                {"html": _STR, "jobs": _INT, "with_trials": _INT}, {}),
     "lock-show": ("`lock show JOB`: the job's tuning.lock entry, and what a serving process must set to run its "
