@@ -177,6 +177,9 @@ def apply(
         "--address", help="Ray cluster address, e.g. ray://head:10001 or auto (needs trt-routes[ray]).")] = None,
     retry_failed: Annotated[bool, typer.Option(
         "--retry-failed", help="Run the selected jobs' cached crashed and timed-out trials again.")] = False,
+    remeasure: Annotated[bool, typer.Option(
+        "--remeasure", help="Decide the selected jobs again: their side-by-side re-measurements are taken "
+        "afresh (a decision made on a busy host).")] = False,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
     from trt_routes.plan.saved import load_plan
@@ -187,7 +190,8 @@ def apply(
     saved = load_plan(plan_file) if plan_file is not None and not frozen else None
     options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
                                       executor=executor, address=address, frozen=frozen,
-                                      plan=plan_file is not None, retry_failed=retry_failed)
+                                      plan=plan_file is not None, retry_failed=retry_failed,
+                                      remeasure=remeasure)
     if frozen:
         from trt_routes.gitops.frozen import FrozenOptions
 

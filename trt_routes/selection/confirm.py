@@ -150,7 +150,12 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None
     own = {r.route: statistics.median([t for route, t in m.slots if route == r.route]) for r in confirmed}
     winner = (min(confirmed, key=lambda r: (own[r.route], len(r.route.split()), r.route)).route
               if confirmed else m.baseline)
-    return Decision(m.baseline, winner, tuple(results))
+    load = {k: float(m.meta[k]) for k in LOAD_FIELDS if isinstance(m.meta.get(k), (int, float))}
+    return Decision(m.baseline, winner, tuple(results), load or None)
+
+
+#: The noise context's fields a decision carries into the lock and explain: under what load it was made.
+LOAD_FIELDS = ("cpu_busy_others", "loadavg", "cpu_count")
 
 
 # -- the final selection ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping
+from typing import Any
 
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
@@ -173,6 +174,15 @@ def describe_requests(requests: list[Request]) -> str:
     return "confirm side by side (measurements, no builds): " + "; ".join(parts)
 
 
+def load_text(load: Any) -> str | None:
+    """A decision's recorded load in words (None: not recorded)."""
+    if not isinstance(load, dict) or not isinstance(load.get("cpu_busy_others"), (int, float)):
+        return None
+    extra = (f", load {load['loadavg']:g} on {load['cpu_count']:g} CPUs"
+             if isinstance(load.get("loadavg"), (int, float)) and load.get("cpu_count") else "")
+    return f"other processes kept {load['cpu_busy_others']:.0%} of the CPUs busy{extra}"
+
+
 def confirmation_lines(sel: Selection, pending: list[Request]) -> list[str]:
     """The side-by-side confirmation in words, for explain."""
     from trt_routes.routes import describe
@@ -200,4 +210,6 @@ def confirmation_lines(sel: Selection, pending: list[Request]) -> list[str]:
         if block:
             lines.append(f"Re-measured {title}:")
             lines += [f"  {describe(r['route'])}: {r['reason']}" for r in block["results"]]
+            if (load := load_text(block.get("load"))) is not None:
+                lines.append(f"  host while measured side by side: {load}")
     return lines

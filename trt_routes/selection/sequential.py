@@ -132,12 +132,18 @@ class Decision:
     baseline: str
     winner: str
     results: tuple[ChallengerResult, ...]
+    #: the host's load while the turns ran (``trt_routes.evidence.noise``'s fields of the re-measurement)
+    load: dict[str, float] | None = None
 
     def result(self, route: str) -> ChallengerResult | None:
         return next((r for r in self.results if r.route == route), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "winner": self.winner, "results": [r.to_json() for r in self.results]}
+        out: dict[str, Any] = {"baseline": self.baseline, "winner": self.winner,
+                               "results": [r.to_json() for r in self.results]}
+        if self.load:  # kept apart, so decisions recorded before read as before
+            out["load"] = dict(self.load)
+        return out
 
 
 def median_interval(values: Sequence[float], confidence: float) -> tuple[float, float, float]:

@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterator
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import CacheError
+from trt_routes.evidence.noise import busy_reason
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
 from trt_routes.files import memo
 from trt_routes.jobs import Job
-from trt_routes.lockfile import Lockfile
+from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
@@ -47,6 +48,9 @@ from trt_routes.tune.outcome import (
     SilentReporter,
 )
 from trt_routes.tune.trials import HostBusy, JobFailed, TrialRunner, statistics_ready, to_record
+
+#: Side-by-side re-measurements timed on a busy host taken again before ``measurement.busy`` decides.
+BUSY_RETAKES = 2
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "EXIT_WORK", "Applier", "ApplyOptions",
            "ApplyResult", "Halt", "JobOutcome", "Phase", "Reporter", "SilentReporter", "apply", "compute_plan",
@@ -354,6 +358,21 @@ class Applier(TrialRunner):
         if result.status != "ok":
             self.confirmation_failed(tuning, f"{result.status}: {result.error}")
             return
+        busy = busy_reason(result.meta, job.measurement.busy)
+        if busy is not None:  # the turns were timed under load: take them again, then refuse or warn
+            if tuning.busy_retakes < BUSY_RETAKES:
+                tuning.busy_retakes += 1
+                tuning.requests.insert(0, request)
+                self.reporter.message(f"{job.name}: side-by-side re-measurement discarded, {busy}; taking it again "
+                                      f"({tuning.busy_retakes} of {BUSY_RETAKES})")
+                return
+            if job.measurement.busy.action == "refuse":
+                tuning.error = (f"the side-by-side re-measurement was not kept: {busy} in {BUSY_RETAKES + 1} tries "
+                                "(measurement.busy: refuse; run apply again on a quieter host)")
+                tuning.requests, tuning.halt = [], Halt.FAILED
+                return
+            self.reporter.message(f"{job.name}: decided side by side while {busy} (measurement.busy: warn; "
+                                  "`trt-routes apply --remeasure` takes it again on a quiet host)")
         meta = {k: v for k, v in result.meta.items() if k != "slots"}
         m = Remeasurement(request.baseline, request.challengers,
                           tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
@@ -492,6 +511,13 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
 
                 for name, count in forget_failed(project, cache, options.only).items():
                     reporter.message(f"{name}: {count} crashed or timed-out trial(s) will run again")
+            set_aside: dict[str, LockEntry] = {}
+            if options.remeasure and not dry:
+                from trt_routes.tune.retry import forget_decisions
+
+                set_aside = forget_decisions(project, cache, lock, options.only)
+                for name in set_aside:
+                    reporter.message(f"{name}: its decision will be taken again, side by side afresh")
             plan = compute_plan(project, cache, lock, options.only)
             if not dry:
                 memo.save()  # what resolving the jobs derived (a catalog, model graphs), for later commands
@@ -522,6 +548,8 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 timings("jobs_done")
                 for name in plan.removed:
                     lock.jobs.pop(name, None)
+                for name, entry in set_aside.items():  # a new decision that failed keeps the old one
+                    lock.jobs.setdefault(name, entry)
                 t0 = time.perf_counter()
                 lock.write()
                 timings("lock_write", s=time.perf_counter() - t0)

@@ -56,6 +56,7 @@ class JobRun:
     confirm_rounds: int = 0
     remeasuring: tuple[int, Request] | None = None  # the re-measurement in flight: (ticket, request)
     confirm_failed: bool = False  # a re-measurement failed: the raw selection stands
+    busy_retakes: int = 0  # re-measurements discarded because the host was busy (``measurement.busy``)
 
     @property
     def job(self) -> Job:
