@@ -36,8 +36,9 @@ from trt_routes.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeRunne
 from trt_routes.catalog import Catalog, Knob
 
 FAULTS = ("none", "segv", "abort", "hang", "raise", "nan", "inf", "nan-timing", "slow", "kill-host-once",
-          "wrong-at-max", "enospc")  # wrong-at-max: outputs off by 1 at the profile's max shapes;
-# enospc: the build fails with "No space left on device" (the machine's failure, not the route's)
+          "wrong-at-max", "enospc", "stop-self")  # wrong-at-max: outputs off by 1 at the profile's max shapes;
+# enospc: the build fails with "No space left on device" (the machine's failure, not the route's);
+# stop-self: the worker stops itself (SIGSTOP), as `kill -STOP` from another terminal would
 
 
 def kill_host_once() -> None:
@@ -145,6 +146,8 @@ class FaultBackend(OnnxRuntimeBackend):
             kill_host_once()
         if fault == "enospc":
             raise OSError(errno.ENOSPC, "No space left on device", str(engine_path))
+        if fault == "stop-self":
+            os.kill(os.getpid(), signal.SIGSTOP)
         return super().build(inner, engine_path)
 
     def load(self, engine_path: Path, spec: BuildSpec) -> Any:

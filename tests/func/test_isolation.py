@@ -318,3 +318,34 @@ def _default_trial(tmp_path: Path, executor: LocalExecutor) -> Any:
     runner = TrialRunner.__new__(TrialRunner)
     runner.store = project.store
     return runner.trial_task(job, "", (ref.inputs_sha256, ref.outputs_sha256))
+
+
+def test_a_worker_killed_or_stopped_from_outside_is_not_cached_as_the_routes_fault(
+        faulty: None, tmp_path: Path, tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 of a worker (here the build kills itself with SIGKILL, once) and kill -STOP (the build stops
+    itself; the coordinator finds it stopped at the time limit) are the machine's doing: neither is cached as
+    the route's `crashed` or `timeout`, and the next apply builds both routes again (the first now behaves)."""
+    from _project import edit_manifest, routes_and_statuses
+
+    from trt_routes.tune.apply import compute_plan
+
+    monkeypatch.setenv("TRT_ROUTES_FAULT_MARKER", str(tmp_path / "killed-once"))
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty",
+                            group="-fault=[none|kill-host-once|stop-self]")
+    edit_manifest(manifest, lambda d: d["measurement"].update(timeout_s=8))
+    messages: list[str] = []
+
+    class Collect(SilentReporter):
+        def message(self, text: str) -> None:
+            messages.append(text)
+
+    apply(open_project(manifest), ApplyOptions(only=["cnn/bs1/*"]), reporter=Collect())
+    assert routes_and_statuses(manifest)["cnn/bs1/cpu"] == {"": "ok"}, messages
+    assert any("-fault=kill-host-once: not cached: infrastructure: the worker was killed from outside "
+               "(signal SIGKILL" in m for m in messages), messages
+    assert any("-fault=stop-self: not cached: infrastructure: the worker was stopped from outside (SIGSTOP)" in m
+               for m in messages), messages
+    project = open_project(manifest)
+    with project.open_cache() as cache:
+        (jp,) = compute_plan(project, cache, project.read_lock(), ["cnn/bs1/*"]).jobs
+    assert {"-fault=kill-host-once", "-fault=stop-self"} <= set(jp.to_build)

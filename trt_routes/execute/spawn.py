@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from multiprocessing.connection import Connection, Pipe
 from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,6 +82,10 @@ def _spawn_context(env: Mapping[str, str], cpus: frozenset[int] | None) -> Itera
                 os.sched_setaffinity(0, saved_cpus)
 
 
+#: Signals a route does not send itself: a worker that dies of one was killed from outside.
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT})
+
+
 def _signal_name(code: int | None) -> str:
     if code is None:
         return "unknown"
@@ -128,6 +133,16 @@ class Worker:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout)
 
+    def _stopped(self) -> bool:
+        """Whether the worker process is stopped (state T in /proc: SIGSTOP or a debugger), where Linux tells."""
+        if self.proc is None:
+            return False
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return False
+        return bool(fields) and fields[0] in ("T", "t")
+
     def _running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -153,14 +168,23 @@ class Worker:
             return TaskResult(status="crashed", error=f"infrastructure: could not start a worker process: "
                               f"{self.start_error}", infrastructure=True), False
         if not self.conn.poll(timeout):
+            stopped = self._stopped()
             self.kill()
+            if stopped:  # SIGSTOP from outside: the machine's doing, never the route's time
+                return TaskResult(status="timeout", error=f"infrastructure: the worker was stopped from outside "
+                                  f"(SIGSTOP) and gave no result within {timeout:g} s", infrastructure=True), False
             return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
         try:
             result: TaskResult = self.conn.recv()
         except (EOFError, OSError):
             self._wait(5)
             assert self.proc is not None
-            return TaskResult(status="crashed", error=f"worker died with {_signal_name(self.proc.returncode)}"), False
+            code = self.proc.returncode
+            if code is not None and -code in OUTSIDE_SIGNALS:  # killed, not crashed: not a fact about the route
+                return TaskResult(status="crashed", error=f"infrastructure: the worker was killed from outside "
+                                  f"({_signal_name(code)}: another process, or the kernel's out-of-memory killer)",
+                                  infrastructure=True), False
+            return TaskResult(status="crashed", error=f"worker died with {_signal_name(code)}"), False
         return result, healthy(result)
 
     def kill(self) -> None:

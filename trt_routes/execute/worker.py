@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import math
 import os
 import shutil
@@ -97,6 +98,23 @@ def run_reference(task: ReferenceTask) -> TaskResult:
                           outputs_sha256=store.put_arrays(outputs))
 
 
+#: Free bytes under which a build error is put down to the full disk: compilers rarely say ENOSPC (ONNX Runtime
+#: says "Protobuf serialization failed"), and such a failure must not be cached as a fact about the route.
+DISK_FULL_BYTES = 4 << 20
+
+
+def _disk_full(engine: Path, exc: BaseException) -> StorageError | None:
+    try:
+        free = shutil.disk_usage(engine.parent).free
+    except OSError:
+        return None
+    if free >= DISK_FULL_BYTES:
+        return None
+    return StorageError(f"the build failed with {free} bytes free on the disk of {engine.parent}, so the disk is "
+                        f"taken to be full ({_one_line(exc)})", "free space there, or point paths.engines in "
+                        "tuning.yaml at a larger disk", errno_=errno.ENOSPC, path=str(engine.parent))
+
+
 def run_trial(task: TrialTask) -> TaskResult:
     """Build, check and time one route. The worker's scratch folder is emptied by ``serve`` after the
     result has been sent, so the coordinator's bookkeeping overlaps that cleanup."""
@@ -108,7 +126,7 @@ def run_trial(task: TrialTask) -> TaskResult:
     try:
         log = backend.build(task.spec, engine_tmp)
     except Exception as exc:  # a build error is a fact about the route, not a crash
-        full = storage_error(exc, engine_tmp)
+        full = storage_error(exc, engine_tmp) or _disk_full(engine_tmp, exc)
         if full is not None:  # ...unless the disk refused our write: a fact about this machine
             raise full from exc
         return TaskResult(status="build-error", error=_one_line(exc), log=traceback.format_exc(limit=3),
