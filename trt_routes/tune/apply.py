@@ -47,7 +47,7 @@ from trt_routes.tune.outcome import (
     Reporter,
     SilentReporter,
 )
-from trt_routes.tune.trials import HostBusy, JobFailed, TrialRunner, statistics_ready, to_record
+from trt_routes.tune.trials import HostBusy, JobFailed, NotKept, TrialRunner, statistics_ready, to_record
 
 #: Side-by-side re-measurements timed on a busy host taken again before ``measurement.busy`` decides.
 BUSY_RETAKES = 2
@@ -198,7 +198,7 @@ class Applier(TrialRunner):
                          measure_s=result.measure_s)
             try:
                 tuning.trials[route] = self.record(tuning.job, route, result)
-            except HostBusy as exc:  # measurement.busy: refuse
+            except (HostBusy, NotKept) as exc:  # measurement.busy: refuse; the model changed under apply
                 tuning.error, tuning.halt = str(exc), Halt.FAILED
                 continue
             tuning.built += 1

@@ -3,6 +3,8 @@ a cache row. Shared by the coordinator (``trt_routes.tune.apply``) and ``apply -
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.evidence.noise import Pooled, busy_reason
 from trt_routes.execute.base import Executor
@@ -21,6 +23,19 @@ class JobFailed(Exception):
 
 class HostBusy(JobFailed):
     """``measurement.busy: refuse`` and a trial was timed on a busy host: it is not kept, the job fails."""
+
+
+class NotKept(JobFailed):
+    """A trial that must not be cached (its host was busy under ``refuse``, its model changed under it): the
+    job fails with the reason, and the next apply measures the route again."""
+
+
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def statistics_ready() -> None:
@@ -62,6 +77,18 @@ class TrialRunner:
         self.lookup = LossLookupFromBlobs(cache, self.store)
         self._busy_warned: set[str] = set()
         self._busy_pooled: dict[str, Pooled] = {}  # per job: its trials too short to judge alone
+        #: each model file as the plan hashed it (size, mtime, inode), taken as apply starts: a file that changes
+        #: under apply (a git pull, a re-export) would cache trials of new bytes under the old digest
+        self._models = {p: _file_state(p) for p in {Path(j.model_path) for j in project.jobs if not j.entry}
+                        if p.is_file()}
+
+    def model_changed(self, job: Job) -> str | None:
+        """Why the job's model is not the one apply started with, or None."""
+        path = Path(job.model_path)
+        if path in self._models and _file_state(path) != self._models[path]:
+            return (f"the model file {path} changed while apply ran: its trials were not kept (they would be "
+                    "cached under the digest of the bytes the plan hashed); run apply again once it stays put")
+        return None
 
     # -- references ------------------------------------------------------------------------
     def reference(self, job: Job) -> tuple[str, str]:
@@ -119,6 +146,8 @@ class TrialRunner:
         if busy is not None and job.measurement.busy.action == "refuse":
             raise HostBusy(f"the trial of {describe(route)} was not kept: {busy} (measurement.busy: refuse; "
                            "tune on a quiet host, or set measurement.busy: warn)")
+        if (changed := self.model_changed(job)) is not None:
+            raise NotKept(changed)
         if result.infrastructure:  # the machine failed, not the route: not cached, the next apply runs it again
             self.reporter.message(f"{job.name}: {route or '(default route)'}: not cached: {result.error}")
         else:
