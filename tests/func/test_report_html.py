@@ -172,3 +172,29 @@ def test_each_job_shows_the_locks_side_by_side_confirmation(project: Project) ->
     assert "1.01x" in rows[1][2] and "0.97x-1.06x" in rows[1][2] and "not confirmed" in rows[1][2]
     # a job without trials here still shows what its lock says
     assert "the default route is not eligible" in section(html, "cnn/bs4/cpu")
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no chromium installed (apt-get install chromium)")
+@pytest.mark.parametrize("width", [800, 1280, 1920])
+def test_the_layer_chart_draws_inside_its_card(width: int, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """Once explain --layers took a job's profiles, the report shows where the gain comes from, layer by layer:
+    drawn by the browser like every plot, nothing spilling past its card, at three window widths."""
+    from trt_routes.audit.layers import layers
+
+    project = open_project(make_project(tmp_path / "p", tiny_models))
+    assert apply(project).exit_code == 0
+    rep = layers(open_project(project.loaded.path), "cnn/bs1/cpu")
+    path = tmp_path / "report.html"
+    report = write_report(open_project(project.loaded.path), path)
+    (job,) = [j for j in report.jobs if j.job.name == "cnn/bs1/cpu"]
+    assert job.layers and job.layers_of == rep.winner_route
+    assert section(path.read_text(), "cnn/bs1/cpu").count('class="plot effects layers"') == 1
+    proc = subprocess.run(
+        [str(BROWSER), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'ud'}",
+         f"--window-size={width},900", "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+    body = re.search(r"<body[^>]*>", proc.stdout)
+    assert body is not None, proc.stderr[-2000:]
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(0)))
+    assert attrs["data-rendered"] == "ok" and attrs["data-plots"] == "6" and attrs["data-plots-drawn"] == "6"
+    assert attrs["data-spills"] == "0"

@@ -30,14 +30,20 @@ def profile_path(project: Project, trial: TrialRecord) -> Path:
     return project.cache_path.parent / "profiles" / f"{trial.id}.json"
 
 
+def stored_profile(project: Project, trial: TrialRecord) -> LayerProfile | None:
+    """The trial's profile if one was taken (a damaged file counts as none)."""
+    path = profile_path(project, trial)
+    try:
+        return LayerProfile.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def trial_profile(project: Project, job: Job, trial: TrialRecord, *, fresh: bool = False) -> LayerProfile:
     """The trial's stored profile, or one taken now from its engine and stored."""
     path = profile_path(project, trial)
-    if path.is_file() and not fresh:
-        try:
-            return LayerProfile.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, KeyError, TypeError):
-            pass  # a damaged profile is taken again
+    if not fresh and (stored := stored_profile(project, trial)) is not None:
+        return stored
     engine = project.store.path(trial.engine_sha256) if trial.engine_sha256 else None
     if engine is None or not engine.is_file():
         raise UsageError(f"{job.name}: the engine of route {describe(trial.route)} is not in the blob store",
@@ -77,7 +83,7 @@ class LayersReport:
                 "notes": self.notes}
 
 
-def _pair(ex: Explanation) -> tuple[str, str]:
+def compared_route(ex: Explanation) -> tuple[str, str]:
     """(winner route, why): the locked or selected winner, else the fastest other eligible route."""
     winner = ex.lock.route if ex.lock is not None and ex.lock.route is not None else (
         ex.selection.winner if ex.selection is not None else None)
@@ -100,7 +106,7 @@ def layers(project: Project, name: str) -> LayersReport:
     if DEFAULT_ROUTE not in by_route:
         raise UsageError(f"{name}: the default route has no trial under the job's current keys",
                          "run `trt-routes apply` first")
-    route, why = _pair(ex)
+    route, why = compared_route(ex)
     if route not in by_route or by_route[route].status != "ok":
         raise UsageError(f"{name}: route {describe(route)} has no measured trial here", "run `trt-routes apply`")
     default_t, winner_t = by_route[DEFAULT_ROUTE], by_route[route]

@@ -41,6 +41,8 @@ class JobReport:
     unplotted: list[tuple[str, str]] = field(default_factory=list)  # (route, reason)
     effects: list[Effect] = field(default_factory=list)
     bar: Bar | None = None
+    layers: list[Effect] = field(default_factory=list)  # the largest per-layer differences, default -> winner
+    layers_of: str = ""  # the route compared with the default
 
     @property
     def anchor(self) -> str:
@@ -143,6 +145,7 @@ def job_report(project: Project, job: Job, ex: Explanation, lookup: LossLookup) 
         else:
             rep.points.append(_point(t, ex, job.tolerance, lookup))
     rep.effects = effects(trials, {v.route for v in sel.verdicts if v.eligible})
+    rep.layers, rep.layers_of = _layers(project, trials, ex)
     mg = ex.margin
     if lock is None:
         rep.state, rep.note = "unlocked", f"{sel.summary}; not locked yet: run `trt-routes apply`"
@@ -168,6 +171,31 @@ def job_report(project: Project, job: Job, ex: Explanation, lookup: LossLookup) 
             low = high = None
         rep.bar = Bar(job.name, speed, low, high, kind, note, rep.anchor)
     return rep
+
+
+def _layers(project: Project, trials: dict[str, TrialRecord], ex: Explanation) -> tuple[list[Effect], str]:
+    """The ten largest per-layer differences between the default and the route ``explain --layers`` compares
+    with it, where both have a stored profile (explain --layers takes them; the report takes none), as shares
+    of the default's layer time."""
+    from trt_routes.audit.layers import compared_route, stored_profile
+    from trt_routes.errors import UsageError
+    from trt_routes.evidence.layers import compare
+
+    try:
+        winner = compared_route(ex)[0]
+    except UsageError:
+        return [], ""
+    if DEFAULT_ROUTE not in trials or winner not in trials:
+        return [], ""
+    default, other = stored_profile(project, trials[DEFAULT_ROUTE]), stored_profile(project, trials[winner])
+    if default is None or other is None or default.total_ms <= 0:
+        return [], ""
+    diff = compare(default, other)
+    rows = [Effect(r.name + ("" if r.paired_by else " (only in one)"),
+                   ((r.winner_ms or 0.0) - (r.default_ms or 0.0)) / default.total_ms, 1, r.op,
+                   f"{r.name} ({r.op}): {r.default_ms or 0:.3f} -> {r.winner_ms or 0:.3f} ms")
+            for r in diff.largest(10)]
+    return rows, winner
 
 
 def collect(project: Project) -> Report:
@@ -328,13 +356,23 @@ def _job_section(rep: JobReport) -> str:
               f"{scatter(rep.points)}{_legend(rep.points)}</figure>"
               f"<figure><figcaption>Effect of each knob value</figcaption>"
               f"{knob_effects(rep.effects) if rep.effects else '<p class=note>only the default route was built</p>'}"
-              "</figure></div>")
+              "</figure>" + _layers_figure(rep) + "</div>")
     unplotted = ""
     if rep.unplotted:
         unplotted = ('<p class="unplotted">Not plotted (no timing): '
                      + "; ".join(f"<code>{esc(r)}</code>: {esc(why)}" for r, why in rep.unplotted) + "</p>")
     return (head + f'<ul class="decision">{decision}</ul>' + _confirmation(ex.lock) + _pareto(ex) + charts + unplotted
             + _trials_table(rep) + "</section>")
+
+
+def _layers_figure(rep: JobReport) -> str:
+    if not rep.layers:
+        return ""
+    chart = knob_effects(rep.layers, caption="per-layer time change, as a share of the default's layer time",
+                         label=f"where the gain of {describe(rep.layers_of)} comes from, layer by layer",
+                         kind="effects layers")
+    return (f'<figure class="layers"><figcaption>Where the gain comes from: default against '
+            f"<code>{esc(describe(rep.layers_of))}</code>, the largest per-layer changes</figcaption>{chart}</figure>")
 
 
 def render(report: Report) -> str:

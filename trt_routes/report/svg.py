@@ -215,7 +215,9 @@ class Effect:
     title: str = ""
 
 
-def knob_effects(effects: Sequence[Effect], width: int = 560, label_w: int = 230, text_w: int = 140) -> str:
+def knob_effects(effects: Sequence[Effect], width: int = 560, label_w: int = 230, text_w: int = 140,
+                 caption: str = "median latency change vs the same route without it",
+                 label: str = "effect of each knob value on the median latency", kind: str = "effects") -> str:
     """One row per knob value: label | bar from 0 (left: faster, right: slower) | change and notes."""
     row, top = 22, 24
     n = max(1, len(effects))
@@ -228,7 +230,7 @@ def knob_effects(effects: Sequence[Effect], width: int = 560, label_w: int = 230
     def sx(v: float) -> float:
         return label_w + pw * (min(max(v, lo), hi) - lo) / (hi - lo)
 
-    body = [_text(label_w, 14, "median latency change vs the same route without it", "caption")]
+    body = [_text(label_w, 14, caption, "caption")]
     step = _nice_step((hi - lo) / 4)
     tick = math.ceil(lo / step) * step
     while tick <= hi + 1e-12:
@@ -251,7 +253,7 @@ def knob_effects(effects: Sequence[Effect], width: int = 560, label_w: int = 230
                     f'height="{row - 8}">{title}</rect>')
         text = f"{e.change * 100:+.1f}%" + (f" n={e.n}" if e.n > 1 else "") + (f" · {e.note}" if e.note else "")
         body.append(_text(label_w + pw + 8, ty, text, f"value {cls}"))
-    return _svg(width, height, body, "effects", "effect of each knob value on the median latency")
+    return _svg(width, height, body, kind, label)
 
 
 def _clip(text: str, n: int) -> str:
