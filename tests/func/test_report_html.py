@@ -175,7 +175,7 @@ def test_each_job_shows_the_locks_side_by_side_confirmation(project: Project) ->
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no chromium installed (apt-get install chromium)")
-@pytest.mark.parametrize("width", [800, 1280, 1920])
+@pytest.mark.parametrize("width", [1280, 1440, 1920])
 def test_the_layer_chart_draws_inside_its_card(width: int, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     """Once explain --layers took a job's profiles, the report shows where the gain comes from, layer by layer:
     drawn by the browser like every plot, nothing spilling past its card, at three window widths."""
