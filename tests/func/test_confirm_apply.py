@@ -199,7 +199,7 @@ def test_noise_level_win_does_not_replace_the_default_with_real_onnxruntime(
     assert not any(r["passed"] for r in data["vs_default"]["results"])
     ex = explain(open_project(manifest), "cnn/bs1/cpu")
     assert any(line.startswith("Re-measured against the default route") for line in ex.decision)
-    assert ex.decision[0].startswith("default route kept: the best challenger")
+    assert ex.decision[0].startswith("default route kept: the best challenger side by side")
     project = open_project(manifest)
     with project.open_cache() as cache:
         (row,) = side_tables.remeasurements_for(cache, project.jobs[0].group_key)

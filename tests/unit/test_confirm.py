@@ -115,7 +115,7 @@ def test_resolve_asks_for_the_missing_remeasurement_then_decides() -> None:
     noisy = measured("", {"": 1.0, "-a=1": 0.99, "-b=1": 1.0}, noise=0.05)
     out, requests = resolve(sel, SETTINGS, None, store_of({("", ("-a=1", "-b=1")): noisy}))
     assert not requests and out.winner == ""
-    assert out.summary.startswith("default route kept: the best challenger")
+    assert out.summary.startswith("default route kept: the best challenger side by side")
     assert "not confirmed" in out.verdict("-a=1").reason  # type: ignore[union-attr]
     assert out.confirmation is not None and out.confirmation["raw_winner"] == "-a=1"
     assert "beat the default route re-measured side by side" in out.rule
@@ -366,3 +366,14 @@ def test_a_failed_turn_gives_no_ratio_in_the_replay_as_in_the_worker() -> None:
     m = Remeasurement("", ("-a=1",), (("", 1.0), ("-a=1", nan), ("", 1.0), ("-a=1", 0.0), ("-a=1", -1.0),
                                       ("", 1.0), ("-a=1", 0.9), ("", nan), ("-a=1", 0.8)))
     assert m.paired_ratios("-a=1") == pytest.approx([0.9])
+
+
+def test_an_interval_that_cannot_be_computed_is_said_in_words_and_a_split_confidence_is_named() -> None:
+    """Three rounds cannot give a 98.3% order-statistic interval: no '0.000-inf'; with two challengers the 95% is
+    split over them (Bonferroni), and the reason says so beside the 97.5%."""
+    few = Remeasurement("", ("-a=1",), (("", 1.0), ("-a=1", 0.5), ("", 1.0), ("-a=1", 0.5), ("", 1.0), ("-a=1", 0.5)))
+    (r,) = decide(few, Confirm(margin=0.02, rounds=3)).results
+    assert "too few rounds for a 95.0% interval" in r.reason and "inf" not in r.reason
+    two = measured("", {"": 1.0, "-a=1": 0.8, "-b=1": 0.9}, noise=0.001)
+    reasons = [x.reason for x in decide(two, Confirm(candidates=2, margin=0.02, rounds=12)).results]
+    assert all("97.5% interval" in x and "the 95% split over 2 challengers" in x for x in reasons), reasons

@@ -245,7 +245,7 @@ def _why_default_stayed(job: Job, sel: Selection, trials: dict[str, TrialRecord]
     lines = ["Why the default stayed:"]
     if challenger is not None:
         mg = margin(default, challenger, job.measurement.seed)
-        lines.append(f"  the fastest eligible challenger, {describe(challenger.route)}, is "
+        lines.append(f"  the fastest eligible challenger in the search, {describe(challenger.route)}, is "
                      + (mg.text() if mg else f"{(default.median_ms or 0) / (challenger.median_ms or 1):.2f}x")
                      + " as fast as the default")
     else:

@@ -31,6 +31,7 @@ need a bounded or sub-Gaussian ratio, which a launch-bound route's slow sessions
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -133,8 +134,10 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None
         gain, noise = 1.0 - median, high - median
         early = f", stopped early at {len(ratios)} of {settings.rounds}" if len(ratios) < settings.rounds else ""
         what = "the time" if statistic == "p50" else f"the {statistic} latency"
-        shown = (f"{median:.3f}x {what} of {label} ({confidence:.1%} interval "
-                 f"{low:.3f}-{high:.3g}, {len(ratios)} interleaved rounds{early})")
+        split = f", the {settings.confidence:.0%} split over {k} challengers" if k > 1 else ""
+        interval = (f"{confidence:.1%} interval {low:.3f}-{high:.3g}{split}" if math.isfinite(high) else
+                    f"too few rounds for a {confidence:.1%} interval{split}")
+        shown = f"{median:.3f}x {what} of {label} ({interval}, {len(ratios)} interleaved rounds{early})"
         if verdict == "pass":
             passed, reason = True, f"confirmed: {shown}; beats the margin {settings.margin:.1%} and the noise"
         elif median >= 1.0 - settings.margin:
@@ -142,7 +145,9 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None
                                      f"{settings.margin:.1%}")
         else:
             passed, reason = False, (f"not confirmed: {shown}; the gain of {gain:.1%} is within the noise "
-                                     f"(+{noise:.1%})")
+                                     f"(+{noise:.1%})" if math.isfinite(noise) else
+                                     f"not confirmed: {shown}; too few rounds to tell a gain of {gain:.1%} from "
+                                     "the noise")
         results.append(ChallengerResult(route, median, low, high, len(ratios), passed, reason))
     confirmed = [r for r in results if r.passed]
     # among the confirmed, the fastest by its own slot times: all were timed in the same rounds, and
@@ -329,9 +334,12 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
     if pick == baseline:
         ratios = [(r.ratio, r) for r in first.results if r.ratio is not None] if first else []
         best = min(ratios, key=lambda pair: pair[0])[1] if ratios else None
+        others = [v for v in sel.verdicts if v.eligible and v.route != baseline]
         summary = (f"baseline {describe(baseline)} kept: " if named else "default route kept: ") + (
-            f"the best challenger, {describe(best.route)}, {best.reason.removeprefix('not confirmed: ')}"
-            if best is not None else "no other eligible route")
+            f"the best challenger side by side, {describe(best.route)}, "
+            f"{best.reason.removeprefix('not confirmed: ')}" if best is not None else
+            f"it was the fastest of the {len(others) + 1} eligible routes in the search, so none was re-measured "
+            "side by side" if others else "no other eligible route")
     elif second is not None and pick == second.baseline:
         r = second.results[0]
         summary = (f"{describe(pick)} kept (the locked winner): the challenger {describe(r.route)} is "
