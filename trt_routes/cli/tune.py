@@ -128,12 +128,18 @@ def plan(
     only: OnlyOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Also save the plan to FILE (JSON) for "
                                              "`apply --plan FILE`.")] = None,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", "-j", envvar="TRT_ROUTES_WORKERS", min=1, help="Plan for this many local CPU workers, as "
+        "apply would run them (more share the cores and change the CPU signature).")] = None,
 ) -> None:
     """Show what apply would do for each job, and why. Builds nothing, writes nothing (but --out FILE)."""
     from trt_routes.plan.diff import compute_plan  # not tune.apply: a plan imports no executor
     from trt_routes.report.console import render_plan
 
     project = open_project(manifest)
+    workers = workers or project.loaded.manifest.execution.workers
+    if workers and workers > 1 and project.loaded.manifest.execution.executor == "local":
+        project.use_environment(cpu_share=(workers, None))  # apply's world: the jobs' CPU signature follows
     select_jobs(project, only)
     lock = project.read_lock()
     with project.read_cache() as cache:
