@@ -147,3 +147,16 @@ def test_rich_bar_never_splits_a_progress_line(tmp_path: Path, tiny_models: dict
     found = [m for m in (LINE.match(x) for x in pieces) if m]
     assert sorted({int(m[1]) for m in found}) == [1, 2, 3, 4, 5]
     assert not any("━" in x and "[" in x and "] cnn/" in x for x in pieces)  # no bar glued to a line
+
+
+def test_the_side_by_side_rounds_show_progress_too(faulty: None, tmp_path: Path,
+                                                   tiny_models: dict[str, Path]) -> None:
+    """A phase that takes time and builds nothing (here the confirmation of -sleep_ms=2 against the default)
+    says so as it starts, rather than leaving the screen still after '0 build(s)'."""
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-sleep_ms=[4|2]")
+    result = CliRunner().invoke(app, ["apply", "--only", "cnn/bs1/*", "-m", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^  cnn/bs1/cpu: re-measuring side by side: -sleep_ms=2 against default \(up to \d+ "
+                     r"interleaved turns\)$", result.output, re.M), result.output
+    quiet = CliRunner().invoke(app, ["apply", "--quiet", "--remeasure", "--only", "cnn/bs1/*", "-m", str(manifest)])
+    assert quiet.exit_code == 0 and "re-measuring" not in quiet.output

@@ -230,6 +230,10 @@ class PlainReporter:
     def message(self, text: str) -> None:
         self.console.print(text)
 
+    def phase(self, job: Job, text: str) -> None:
+        if not self.quiet:
+            self.console.print(f"  {job.name}: {text}", markup=False, highlight=False)
+
     def close(self) -> None:
         pass
 

@@ -345,6 +345,8 @@ class Applier(TrialRunner):
             return
         tuning.requests.pop(0)
         engines = 1 + len(request.challengers)  # the baseline and its challengers
+        self.reporter.phase(tuning.job, f"re-measuring side by side: {', '.join(map(describe, request.challengers))} "
+                            f"against {describe(request.baseline)} (up to {len(task.order)} interleaved turns)")
         tuning.remeasuring = (self.executor.submit(task, tuning.job.measurement.timeout_s * (1 + engines)), request)
 
     def take_remeasurement(self, tuning: JobRun, result: TaskResult) -> None:
