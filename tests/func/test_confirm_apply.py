@@ -163,8 +163,14 @@ def test_adaptive_warm_starts_from_a_related_jobs_winner(tmp_path: Path, monkeyp
     with project.open_cache() as cache:
         cache.add_decision("m/c/cpu", "-x=1 -y=1", None, "imported", "")
     edit_manifest(manifest, lambda d: d["models"]["m"].update(shapes={"a": {"x": [1]}, "b": {"x": [2]}}))
+    from trt_routes import api
+
+    planned = {jp.job.name: jp for jp in api.plan(open_project(manifest)).jobs}
+    assert "starts from related jobs' winners: -x=1 -y=1 (won for m/c/cpu)" in planned["m/b/cpu"].reasons
     apply(open_project(manifest))
     assert locked(manifest)["m/b/cpu"] == "-x=1 -y=1"
+    decision = "\n".join(explain(open_project(manifest), "m/b/cpu").decision)
+    assert "Warm start (priors): the search began with related jobs' winners: -x=1 -y=1 (won for " in decision
     project = open_project(manifest)
     with project.open_cache() as cache:
         warm = {r["job"]: json.loads(r["warm"]) for r in cache.query("SELECT job, warm FROM searches")}

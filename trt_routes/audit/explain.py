@@ -18,7 +18,7 @@ from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
-from trt_routes.search.job import job_search, search_note
+from trt_routes.search.job import job_search, search_note, warm_sources
 from trt_routes.selection.final import confirmation_lines, final_selection
 from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, front_lines, pareto_front, trial_facts
@@ -142,7 +142,7 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
     """The explanation of one job against an open cache and a read lockfile (no writes)."""
     entry = lock.jobs.get(job.name)
     trials = cache.group(job.group_key) if not job.blocked else {}
-    sel, budget_note = None, None
+    sel, budget_note, search = None, None, None
     if trials and job.expression is not None and job.catalog is not None:
         lookup = LossLookupFromBlobs(cache, project.store)
         search = job_search(job, cache, trials)
@@ -165,6 +165,9 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
             ex.decision.append(f"Busy host: {busy}.")
         if budget_note:
             ex.decision.append(f"The {budget_note}.")
+        if search is not None and search.warm:
+            ex.decision.append("Warm start (priors): the search began with related jobs' winners: "
+                               + "; ".join(warm_sources(cache, job, search.warm)) + ".")
     ex.provenance = _provenance(job, trials, sel)
     ex.older = _older_groups(job, others, cache)
     return ex

@@ -66,6 +66,19 @@ def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM,
     return tuple(dict.fromkeys(routes))[:limit]
 
 
+def warm_sources(cache: CacheStore, job: Job, warm: tuple[str, ...],
+                 winners: Mapping[str, str] | None = None) -> list[str]:
+    """The warm-start routes in words, each with the related jobs it won for (plan and explain name the
+    priors a search starts from): ``-k=1 (won for resnet50/bs8/h200)``."""
+    winners = side_tables.current_winners(cache) if winners is None else winners
+    out = []
+    for route in warm:
+        jobs = sorted(name for name, won in winners.items() if won == route and name != job.name)
+        out.append(f"{route} (won for {', '.join(jobs[:3])}{', ...' if len(jobs) > 3 else ''})" if jobs
+                   else f"{route} (a related job's winner when this search started)")
+    return out
+
+
 class JobSearch(Search):
     """A strategy under a budget of new builds and minutes, carried over from earlier applies.
 
