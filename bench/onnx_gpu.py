@@ -33,7 +33,7 @@ def _median_ms(runner: Any, feeds: Any, iters: int) -> float:
 
 
 def job_rows(project_dir: Path, rounds: int, iters: int) -> list[dict[str, Any]]:
-    from trt_routes.backends import registry
+    from trt_routes.backends.registry import get as backend_named
     from trt_routes.execute.worker import make_inputs
     from trt_routes.project import open_project
     from trt_routes.routes import route_dict
@@ -45,7 +45,7 @@ def job_rows(project_dir: Path, rounds: int, iters: int) -> list[dict[str, Any]]
         entry = lock.jobs.get(job.name)
         if entry is None or entry.route is None or job.backend != "onnxruntime-cuda":
             continue
-        backend = registry.get(job.backend)
+        backend = backend_named(job.backend)
         feeds = make_inputs(job.inputs, 0)
         routes = {"default": {}, "locked": route_dict(entry.route)}
         runners = {}

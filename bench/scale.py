@@ -118,6 +118,7 @@ class Timeline:
         self.planned_s = time.perf_counter() - self.t0  # project loaded, environment detected, plan made
 
     def message(self, text: str) -> None: ...
+    def phase(self, job: object, text: str) -> None: ...
 
     def job_start(self, job: Any, builds: int) -> None:
         self.jobs[job.name] = [time.perf_counter() - self.t0]

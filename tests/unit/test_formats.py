@@ -56,7 +56,7 @@ def test_error_documents_carry_the_position_of_manifest_errors() -> None:
     jsonschema.validate(doc, SCHEMAS["error"])
     assert doc == {"format": "trt-routes/error@1", "code": 2, "error": "ManifestError",
                    "message": "unknown key 'shapez'", "file": "tuning.yaml", "line": 7, "column": 5,
-                   "hint": "did you mean 'shapes'?"}
+                   "hint": "did you mean 'shapes'?", "problems": []}
     plain = error_document(UsageError("bad"), 2)
     assert (plain["file"], plain["line"], plain["hint"]) == (None, None, None)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "ENV_VAR", "doctor", "get", "known", "require"]
+
 import importlib
 import os
 from functools import cache

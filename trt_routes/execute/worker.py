@@ -9,6 +9,9 @@ parent-death signal), and a watchdog thread exits it when its parent pid changes
 
 from __future__ import annotations
 
+__all__ = ["InfrastructureFailure", "die_with_parent", "make_inputs", "own_files", "point_inputs", "profile_points",
+           "run_reference", "run_trial", "serve"]
+
 import contextlib
 import ctypes
 import errno
@@ -110,9 +113,9 @@ def _disk_full(engine: Path, exc: BaseException) -> StorageError | None:
         return None
     if free >= DISK_FULL_BYTES:
         return None
-    return StorageError(f"the build failed with {free} bytes free on the disk of {engine.parent}, so the disk is "
-                        f"taken to be full ({_one_line(exc)})", "free space there, or point paths.engines in "
-                        "tuning.yaml at a larger disk", errno_=errno.ENOSPC, path=str(engine.parent))
+    return StorageError(f"cannot build in {engine.parent}: no space left on the device ({free} bytes free; the "
+                        f"build said: {_one_line(exc)})", "free space there, or point paths.cache and paths.engines "
+                        "in tuning.yaml at a larger disk", errno_=errno.ENOSPC, path=str(engine.parent))
 
 
 def run_trial(task: TrialTask) -> TaskResult:

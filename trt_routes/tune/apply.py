@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
 from trt_routes.cache import side_tables
-from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.cache.store import CacheStore, TrialRecord, database_error
 from trt_routes.errors import CacheError
 from trt_routes.evidence.noise import busy_reason
 from trt_routes.execute.base import Executor
@@ -558,5 +559,7 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 result.lock_written = lock.writes > 0
                 _settle(project, cache, plan, run)
             return result
+        except sqlite3.Error as exc:  # a write of the coordinator's own (search state, decisions) met the disk
+            raise database_error(exc, project.cache_path) from exc
         finally:
             cache.close()
