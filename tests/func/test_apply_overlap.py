@@ -16,6 +16,7 @@ from _project import edit_manifest, make_project, routes_and_statuses
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
 from trt_routes.tune.apply import Applier, ApplyOptions, apply
+from trt_routes.tune.confirming import ConfirmationRounds
 
 TESTS = TESTS
 #: the stand-in fault backend's -fault=slow sleeps 0.5 s before each round of timed runs: with the default
@@ -33,13 +34,14 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     (spies on the real methods)."""
     seen: list[tuple[str, str]] = []
     dispatch, record = Applier.dispatch, Applier.record
-    remeasure_task, take_remeasurement = Applier.remeasure_task, Applier.take_remeasurement
+    remeasure_task = ConfirmationRounds.remeasure_task
+    take_remeasurement = ConfirmationRounds.take_remeasurement
 
-    def spy_remeasure_task(self: Applier, job: Any, *args: Any) -> Any:
+    def spy_remeasure_task(self: ConfirmationRounds, job: Any, *args: Any) -> Any:
         seen.append(("remeasure", job.name))
         return remeasure_task(self, job, *args)
 
-    def spy_take_remeasurement(self: Applier, tuning: Any, result: Any) -> None:
+    def spy_take_remeasurement(self: ConfirmationRounds, tuning: Any, result: Any) -> None:
         seen.append(("remeasured", tuning.job.name))
         take_remeasurement(self, tuning, result)
 
@@ -53,8 +55,8 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
     monkeypatch.setattr(Applier, "dispatch", spy_dispatch)
     monkeypatch.setattr(Applier, "record", spy_record)
-    monkeypatch.setattr(Applier, "remeasure_task", spy_remeasure_task)
-    monkeypatch.setattr(Applier, "take_remeasurement", spy_take_remeasurement)
+    monkeypatch.setattr(ConfirmationRounds, "remeasure_task", spy_remeasure_task)
+    monkeypatch.setattr(ConfirmationRounds, "take_remeasurement", spy_take_remeasurement)
     return seen
 
 

@@ -42,7 +42,7 @@ def test_a_job_cut_while_confirming_stores_what_was_in_flight_and_starts_nothing
         assert tuning.busy and tuning.holds(7)
         tuning.cut()  # another job failed without --keep-going
         assert tuning.halt is Halt.CUT and tuning.requests == [] and tuning.busy  # its re-measurement runs
-        applier.take_remeasurement(tuning, TaskResult("ok", meta={"slots": [["", 1.0], [OTHER, 0.5]] * 3}))
+        applier.rounds.take_remeasurement(tuning, TaskResult("ok", meta={"slots": [["", 1.0], [OTHER, 0.5]] * 3}))
         assert tuning.remeasuring is None and tuning.requests == [] and not tuning.busy
         assert tuning.confirm_rounds == 0  # no next round started
         assert len(side_tables.remeasurements_for(cache, job.group_key)) == before + 1  # what came back is stored

@@ -14,26 +14,22 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord, database_error
 from trt_routes.errors import CacheError
-from trt_routes.evidence.noise import busy_reason
 from trt_routes.execute.base import Executor
-from trt_routes.execute.protocol import settle_spec
-from trt_routes.execute.tasks import RemeasureTask, TaskResult, WarmupTask, warmups
+from trt_routes.execute.tasks import TaskResult, WarmupTask, warmups
 from trt_routes.files import memo
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
-from trt_routes.routes import describe, route_dict
+from trt_routes.routes import describe
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
-from trt_routes.selection.confirm import Remeasurement, Request, remeasure_key
-from trt_routes.selection.final import confirm_statistic, confirm_turns, final_selection, select_for_job
+from trt_routes.selection.final import final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE
-from trt_routes.selection.sequential import Stopping, schedule, spread_of, turn_target
+from trt_routes.tune.confirming import ConfirmationRounds
 from trt_routes.tune.job_run import Halt, JobRun, Phase
 from trt_routes.tune.locking import LockWriter
 from trt_routes.tune.outcome import (
@@ -49,9 +45,6 @@ from trt_routes.tune.outcome import (
     SilentReporter,
 )
 from trt_routes.tune.trials import HostBusy, JobFailed, NotKept, TrialRunner, statistics_ready, to_record
-
-#: Side-by-side re-measurements timed on a busy host taken again before ``measurement.busy`` decides.
-BUSY_RETAKES = 2
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "EXIT_WORK", "Applier", "ApplyOptions",
            "ApplyResult", "Halt", "JobOutcome", "Phase", "Reporter", "SilentReporter", "apply", "compute_plan",
@@ -106,6 +99,7 @@ class Applier(TrialRunner):
         self.options = options
         self.locks = LockWriter(project, cache, lock)
         self.timings = Timings()
+        self.rounds = ConfirmationRounds(self, lock)
 
     # -- tuning several jobs at once ----------------------------------------------------------------
     def tune_jobs(self, jps: list[JobPlan], keep_going: bool) -> Iterator[JobOutcome]:
@@ -162,7 +156,7 @@ class Applier(TrialRunner):
                     if not tuning.busy and tuning.halt in (None, Halt.BUDGET):
                         self.begin_selection(tuning)
                 if tuning.phase is Phase.CONFIRM:
-                    self.confirm(tuning, force)
+                    self.rounds.confirm(tuning, force)
                 if tuning.busy:
                     continue
                 active.remove(tuning)
@@ -192,7 +186,7 @@ class Applier(TrialRunner):
                 self.timings("remeasure", job=tuning.job.name, measure_s=result.measure_s,
                              slots=len(result.meta.get("slots") or []),
                              challengers=len(tuning.remeasuring[1].challengers))
-                self.take_remeasurement(tuning, result)
+                self.rounds.take_remeasurement(tuning, result)
                 continue
             route = tuning.in_flight.pop(ticket)
             self.timings("trial", job=tuning.job.name, route=route, build_s=result.build_s,
@@ -316,114 +310,7 @@ class Applier(TrialRunner):
             tuning.cands = list(jp.candidates)
         tuning.raw = select_for_job(job, trials, tuning.cands, self.lookup)
         tuning.phase = Phase.CONFIRM
-        self.next_confirmation_round(tuning)
-
-    def next_confirmation_round(self, tuning: JobRun) -> None:
-        """The re-measurements the selection still lacks: against the default, then possibly against the
-        locked winner (at most three rounds); stored as they come, so a later apply or plan re-decides
-        without measuring (``trt_routes.selection.final``)."""
-        assert tuning.raw is not None
-        if tuning.confirm_rounds >= 3:
-            return
-        tuning.confirm_rounds += 1
-        _, tuning.requests = final_selection(tuning.job, tuning.trials, [], self.cache,
-                                             self.lock.jobs.get(tuning.job.name), raw=tuning.raw)
-
-    def confirm(self, tuning: JobRun, force: bool) -> None:
-        """Start the job's next side-by-side re-measurement where a worker is free (``force``: nothing runs
-        anywhere)."""
-        if not tuning.requests or tuning.remeasuring is not None:
-            return
-        if self.executor.free_slots(tuning.job.target_data) < 1 and not force:
-            return
-        request = tuning.requests[0]
-        try:
-            task = self.remeasure_task(tuning.job, tuning.trials, request)
-        except JobFailed as exc:  # its reference run (a reselection computes it here) failed
-            task = str(exc)
-        if isinstance(task, str):
-            self.confirmation_failed(tuning, task)
-            return
-        tuning.requests.pop(0)
-        engines = 1 + len(request.challengers)  # the baseline and its challengers
-        self.reporter.phase(tuning.job, f"re-measuring side by side: {', '.join(map(describe, request.challengers))} "
-                            f"against {describe(request.baseline)} (up to {len(task.order)} interleaved turns)")
-        tuning.remeasuring = (self.executor.submit(task, tuning.job.measurement.timeout_s * (1 + engines)), request)
-
-    def take_remeasurement(self, tuning: JobRun, result: TaskResult) -> None:
-        """Store a side-by-side re-measurement that came back; the next round when this one is done (not
-        when the job was cut short meanwhile: what was in flight is stored, nothing more starts)."""
-        assert tuning.remeasuring is not None
-        request = tuning.remeasuring[1]
-        tuning.remeasuring = None
-        job, settings = tuning.job, tuning.job.strategy.confirm
-        assert settings is not None
-        if result.status != "ok":
-            self.confirmation_failed(tuning, f"{result.status}: {result.error}")
-            return
-        busy = busy_reason(result.meta, job.measurement.busy)
-        if busy is not None:  # the turns were timed under load: take them again, then refuse or warn
-            if tuning.busy_retakes < BUSY_RETAKES:
-                tuning.busy_retakes += 1
-                tuning.requests.insert(0, request)
-                self.reporter.message(f"{job.name}: side-by-side re-measurement discarded, {busy}; taking it again "
-                                      f"({tuning.busy_retakes} of {BUSY_RETAKES})")
-                return
-            if job.measurement.busy.action == "refuse":
-                tuning.error = (f"the side-by-side re-measurement was not kept: {busy} in {BUSY_RETAKES + 1} tries "
-                                "(measurement.busy: refuse; run apply again on a quieter host)")
-                tuning.requests, tuning.halt = [], Halt.FAILED
-                return
-            self.reporter.message(f"{job.name}: decided side by side while {busy} (measurement.busy: warn; "
-                                  "`trt-routes apply --remeasure` takes it again on a quiet host)")
-        meta = {k: v for k, v in result.meta.items() if k != "slots"}
-        m = Remeasurement(request.baseline, request.challengers,
-                          tuple((r, float(t)) for r, t in result.meta["slots"]), meta)
-        statistic, turns = confirm_statistic(job), confirm_turns(job)
-        key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, statistic=statistic,
-                            turns=turns)
-        if side_tables.remeasurement(self.cache, key, job.group_key) is not None:  # another rule, undecided
-            key = remeasure_key(job.group_key, request.baseline, request.challengers, settings, rule=True,
-                                statistic=statistic, turns=turns)
-        side_tables.add_remeasurement(self.cache, key, job.group_key, job.name, m.to_json())
-        if not tuning.requests and tuning.halt is not Halt.CUT:
-            self.next_confirmation_round(tuning)
-
-    def confirmation_failed(self, tuning: JobRun, why: str) -> None:
-        self.reporter.message(f"{tuning.job.name}: side-by-side re-measurement failed ({why}); "
-                              "the raw selection stands for this run")
-        tuning.requests, tuning.confirm_failed = [], True
-
-    def remeasure_task(self, job: Job, trials: dict[str, TrialRecord], request: Request) -> RemeasureTask | str:
-        """The task that re-measures ``request`` side by side in one worker (engines the store lacks are
-        fetched or rebuilt first); or why it cannot run."""
-        settings = job.strategy.confirm
-        assert settings is not None
-        routes = [request.baseline, *request.challengers]
-        ref = self.reference(job)
-        for route in routes:
-            sha = trials[route].engine_sha256
-            if not self.have_engine(sha):
-                trials[route] = self.run_trial(job, route, ref)
-                if trials[route].status != "ok":
-                    return f"rebuilding {describe(route)} failed: {trials[route].error}"
-        engines = tuple((r, job.build_spec(route_dict(r)), trials[r].engine_sha256) for r in routes)
-        return RemeasureTask(
-            backend=job.backend, spec=engines[0][1], store_root=str(self.store.root), inputs_sha=ref[0],
-            engines=engines, order=tuple(schedule(request.baseline, request.challengers, settings.rounds)),
-            iterations=settings.iterations, warmup=job.measurement.warmup,
-            settle=settle_spec(job.measurement.settle), slot_ms=settings.slot_ms,
-            turn_target=turn_target(settings), max_slot_ms=settings.max_slot_ms,
-            turn_spread=spread_of(trials[request.baseline].samples, job.measurement.iterations),
-            stopping=Stopping.of(settings, len(request.challengers)), statistic=confirm_statistic(job))
-
-    def have_engine(self, sha: str) -> bool:
-        """Whether the store holds engine ``sha``, fetched from a cache remote if it lacks it."""
-        if self.store.has(sha):
-            return True
-        from trt_routes.share.remote import fetch_blob  # only when an engine is missing (~5 ms of imports)
-
-        return fetch_blob(self.cache, self.store, sha, self.reporter.message)
+        self.rounds.next_confirmation_round(tuning)
 
     def finish(self, tuning: JobRun) -> JobOutcome:
         """Decide (after confirmation), materialize the winner's engine and lock it."""
@@ -442,7 +329,7 @@ class Applier(TrialRunner):
             if sel.winner is None:
                 raise JobFailed(sel.summary)
             winner = trials[sel.winner]
-            if not self.have_engine(winner.engine_sha256):
+            if not self.rounds.have_engine(winner.engine_sha256):
                 self.reporter.message(f"{job.name}: engine of {describe(sel.winner)} is gone from the "
                                       "store; rebuilding it")
                 winner = self.run_trial(job, sel.winner, self.reference(job))
