@@ -158,5 +158,7 @@ def test_the_side_by_side_rounds_show_progress_too(faulty: None, tmp_path: Path,
     assert result.exit_code == 0, result.output
     assert re.search(r"^  cnn/bs1/cpu: re-measuring side by side: -sleep_ms=2 against default \(up to \d+ "
                      r"interleaved turns\)$", result.output, re.M), result.output
+    # the summary's speedup is that side-by-side ratio, not the ratio of the two medians beside it: it says so
+    assert "speedup: the side-by-side ratio (interleaved rounds in one worker)" in result.output
     quiet = CliRunner().invoke(app, ["apply", "--quiet", "--remeasure", "--only", "cnn/bs1/*", "-m", str(manifest)])
     assert quiet.exit_code == 0 and "re-measuring" not in quiet.output

@@ -164,6 +164,10 @@ def render_summary(result: ApplyResult, console: Console) -> None:
     else:
         console.print(f"Built {result.built} trial(s); lockfile "
                       f"{'written' if result.lock_written else 'unchanged'}.")
+    if any(o.lock_entry is not None and o.lock_entry.timing is not None
+           and o.lock_entry.timing.speedup_basis == "side-by-side" for o in result.outcomes):
+        console.print("speedup: the side-by-side ratio (interleaved rounds in one worker), which the two medians "
+                      "beside it (from separate trials) need not give; 'raw': the ratio of those medians.")
     if result.plan.blocked:
         console.print(f"{len(result.plan.blocked)} job(s) blocked here, not up to date: "
                       f"{escape(', '.join(jp.job.name for jp in result.plan.blocked))}.")

@@ -316,11 +316,11 @@ class Applier(TrialRunner):
         """Decide (after confirmation), materialize the winner's engine and lock it."""
         jp, trials, job, cands = tuning.jp, tuning.trials, tuning.job, tuning.cands
         outcome = JobOutcome(job=job, action=jp.action)
+        outcome.built = tuning.built  # what was built and kept counts, whether or not the job then failed
         try:
             if tuning.error is not None:
                 raise JobFailed(tuning.error)
             assert tuning.raw is not None
-            outcome.built = tuning.built
             outcome.reused = sum(1 for r in cands if r in trials) - tuning.built
             outcome.failed = sum(1 for r in cands if r in trials and trials[r].status != "ok")
             sel = tuning.raw if tuning.confirm_failed else final_selection(
