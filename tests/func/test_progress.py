@@ -162,3 +162,21 @@ def test_the_side_by_side_rounds_show_progress_too(faulty: None, tmp_path: Path,
     assert "speedup: the side-by-side ratio (interleaved rounds in one worker)" in result.output
     quiet = CliRunner().invoke(app, ["apply", "--quiet", "--remeasure", "--only", "cnn/bs1/*", "-m", str(manifest)])
     assert quiet.exit_code == 0 and "re-measuring" not in quiet.output
+
+
+def test_warnings_and_failures_go_to_stderr(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """Off a terminal, stdout holds the plan, progress and summary; what went wrong (a trial not cached because
+    the disk refused it, a job that failed) is on stderr, where a log or a CI step looks for it."""
+    import os
+    import subprocess
+    import sys
+
+    from _paths import TESTS
+
+    manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-fault=[none|enospc]")
+    env = {**os.environ, "TRT_ROUTES_BACKENDS": "faulty=fault_backend:FaultBackend",
+           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "--only", "cnn/bs1/*", "-m",
+                           str(manifest)], capture_output=True, text=True, env=env, timeout=300)
+    assert "-fault=enospc: not cached: infrastructure" in done.stderr, done.stderr
+    assert "not cached" not in done.stdout and "Summary" in done.stdout

@@ -220,7 +220,7 @@ def _apply(project: Project, options: ApplyOptions, saved: SavedPlan | None, *, 
         check_plan = plan_verifier(saved, project)
     out = console(stderr=as_json)
     cls = RichReporter if out.is_terminal and not as_json else PlainReporter
-    reporter = cls(out, verbose=verbose, quiet=quiet or as_json)
+    reporter = cls(out, verbose=verbose, quiet=quiet or as_json, err=console(stderr=True))
     try:
         result = do_apply(project, options, reporter, check_plan=check_plan)
     finally:
@@ -258,7 +258,7 @@ def _apply_frozen(project: Project, options: FrozenOptions, *, as_json: bool, qu
     from trt_routes.report.gitops import render_frozen
 
     out = console(stderr=as_json)
-    result = apply_frozen(project, options, PlainReporter(out, quiet=quiet or as_json))
+    result = apply_frozen(project, options, PlainReporter(out, quiet=quiet or as_json, err=console(stderr=True)))
     if as_json:
         write_json("apply", {**result.to_json(), "frozen": True})
     else:

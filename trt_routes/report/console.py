@@ -176,8 +176,10 @@ def render_summary(result: ApplyResult, console: Console) -> None:
 class PlainReporter:
     """One line per event: for logs and CI."""
 
-    def __init__(self, console: Console, verbose: bool = False, quiet: bool = False) -> None:
+    def __init__(self, console: Console, verbose: bool = False, quiet: bool = False,
+                 err: Console | None = None) -> None:
         self.console = console
+        self.err = err if err is not None else console  # warnings and failures (the CLI: stderr)
         self.verbose = verbose
         self.quiet = quiet
         self.done = 0
@@ -227,12 +229,12 @@ class PlainReporter:
 
     def job_done(self, outcome: JobOutcome) -> None:
         if outcome.error:
-            self.console.print(f"[red]{outcome.job.name}: failed: {escape(outcome.error)}[/]")
+            self.err.print(f"[red]{outcome.job.name}: failed: {escape(outcome.error)}[/]")
         elif not self.quiet and outcome.selection is not None:
             self.console.print(f"{outcome.job.name}: {outcome.selection.summary}", markup=False)
 
     def message(self, text: str) -> None:
-        self.console.print(text)
+        self.err.print(text, markup=False, highlight=False)
 
     def phase(self, job: Job, text: str) -> None:
         if not self.quiet:
@@ -245,8 +247,9 @@ class PlainReporter:
 class RichReporter(PlainReporter):
     """A progress bar with ETA from measured trial times, over the plain lines."""
 
-    def __init__(self, console: Console, verbose: bool = False, quiet: bool = False) -> None:
-        super().__init__(console, verbose, quiet)
+    def __init__(self, console: Console, verbose: bool = False, quiet: bool = False,
+                 err: Console | None = None) -> None:
+        super().__init__(console, verbose, quiet, err)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), EtaColumn(self.clock),
                                  console=console, transient=True)
