@@ -377,3 +377,18 @@ def test_an_interval_that_cannot_be_computed_is_said_in_words_and_a_split_confid
     two = measured("", {"": 1.0, "-a=1": 0.8, "-b=1": 0.9}, noise=0.001)
     reasons = [x.reason for x in decide(two, Confirm(candidates=2, margin=0.02, rounds=12)).results]
     assert all("97.5% interval" in x and "the 95% split over 2 challengers" in x for x in reasons), reasons
+
+
+def test_a_default_that_led_the_search_and_lost_side_by_side_is_not_a_second_winner() -> None:
+    """The default led the search by a hair and a challenger within its interval beat it side by side: one
+    verdict says winner (the challenger's); the default's says it led the search and lost."""
+    close = {t.route: t for t in [trial("", 0.99), trial("-a=1", 1.0)]}
+    sel = select(close, list(close), TOL)
+    assert sel.winner == ""
+    out, requests = resolve(sel, SETTINGS, None, store_of({}))
+    assert requests == [Request("", ("-a=1",))]
+    won = measured("", {"": 1.0, "-a=1": 0.9}, noise=0.01)
+    out, _ = resolve(sel, SETTINGS, None, store_of({("", ("-a=1",)): won}))
+    assert out.winner == "-a=1"
+    assert [v.route for v in out.verdicts if v.reason.startswith("winner")] == ["-a=1"]
+    assert "beat it side by side" in out.verdict("").reason  # type: ignore[union-attr]

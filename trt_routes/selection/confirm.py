@@ -328,6 +328,8 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
         elif v.route == sel.winner and v.route != baseline:
             reason = f"fastest in the search ({v.median_ms:.3g} ms) but " + \
                      ((r2 or r1).reason if (r2 or r1) else "not confirmed")  # type: ignore[union-attr]
+        elif v.route == sel.winner:  # the baseline led the search, and a challenger beat it side by side
+            reason = f"fastest in the search ({v.median_ms:.3g} ms), but {describe(pick)} beat it side by side"
         elif r2 is not None or r1 is not None:
             reason = f"{v.reason}; {(r2 or r1).reason}"  # type: ignore[union-attr]
         verdicts.append(dataclasses.replace(v, reason=reason))
