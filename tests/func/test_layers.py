@@ -72,6 +72,23 @@ def test_a_route_never_measured_is_a_clear_error(exported: Path) -> None:
     assert code == 2 and "no measured trial of route -execution_mode=parallel" in out and "routes measured" in out
 
 
+def test_an_engine_gone_from_the_store_is_rebuilt_for_its_profile(exported: Path) -> None:
+    """A cache carried without its engines (a pull, a copied trials.sqlite): the profile builds the route again;
+    ONNX Runtime's build is deterministic, so the rebuilt engine has the trial's bytes and goes back into the store."""
+    project = open_project(exported)
+    _, before = profile_job(project, "resnet/bs2/cpu", "-intra_op_num_threads=1")
+    blobs = sorted(p.name for p in project.store.root.glob("??/*") if p.is_file())
+    assert blobs
+    for name in blobs:
+        project.store.path(name).unlink()
+    for stored in (project.cache_path.parent / "profiles").glob("*.json"):
+        stored.unlink()
+    _, after = profile_job(open_project(exported), "resnet/bs2/cpu", "-intra_op_num_threads=1")
+    assert [x.name for x in after.layers] == [x.name for x in before.layers]
+    assert "rebuilt" not in after.note  # the same bytes as the trial's engine
+    assert [p.name for p in project.store.root.glob("??/*") if p.is_file()] != []
+
+
 def test_a_profile_over_the_cap_drops_its_smallest_layers_and_says_so() -> None:
     layers = tuple(Layer(f"node_{i:06d}_" + "x" * 200, "Conv", "CPUExecutionProvider", float(i)) for i in range(8000))
     text = LayerProfile("onnxruntime", "", 10, 1.0, layers).dumps()

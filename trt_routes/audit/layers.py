@@ -10,7 +10,8 @@ other eligible route): the comparison then says what the best alternative change
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +45,37 @@ def trial_profile(project: Project, job: Job, trial: TrialRecord, *, fresh: bool
     path = profile_path(project, trial)
     if not fresh and (stored := stored_profile(project, trial)) is not None:
         return stored
-    engine = project.store.path(trial.engine_sha256) if trial.engine_sha256 else None
-    if engine is None or not engine.is_file():
-        raise UsageError(f"{job.name}: the engine of route {describe(trial.route)} is not in the blob store",
-                         "run `trt-routes apply` (engines of cached trials are rebuilt when missing)")
     backend = registry.require(job.backend)
+    spec = job.build_spec(route_dict(trial.route))
     from trt_routes.execute.worker import make_inputs
 
     feeds = make_inputs({n: {**spec} for n, spec in job.inputs.items()}, 0)
-    profile = backend.profile(engine, job.build_spec(route_dict(trial.route)), feeds)
+    if trial.engine_sha256 and project.store.has(trial.engine_sha256):
+        profile = backend.profile(project.store.path(trial.engine_sha256), spec, feeds)
+    else:
+        profile = _rebuilt_profile(project, backend, spec, feeds, trial)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, profile.dumps())
     return profile
+
+
+def _rebuilt_profile(project: Project, backend: Any, spec: Any, feeds: Any, trial: TrialRecord) -> LayerProfile:
+    """A profile of the trial's route built again now (its engine left the blob store, e.g. a cache pulled or
+    carried without engines). An engine with the trial's bytes goes back into the store; another one (a
+    compiler that picks kernels by timing) is profiled and the profile says it is a rebuild."""
+    scratch = project.store.make_scratch()
+    engine = scratch / "profile-rebuild.engine"
+    try:
+        backend.build(spec, engine)
+        sha = project.store.put_file(engine)
+        profile = backend.profile(project.store.path(sha), spec, feeds)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if sha == trial.engine_sha256:
+        return profile
+    note = (f"engine rebuilt for this profile (the trial's engine {trial.engine_sha256[:12] or 'was not kept'} "
+            f"is not in the blob store; the rebuild's bytes differ: {sha[:12]})")
+    return replace(profile, note="; ".join(n for n in (profile.note, note) if n))
 
 
 @dataclass
