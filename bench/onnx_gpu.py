@@ -94,7 +94,10 @@ def torch_modes(project_dir: Path, rows: list[dict[str, Any]], modes: list[str],
             feeds = [torch.from_numpy(v).cuda() for _, v in sorted(make_inputs(job.inputs, 0).items())]
             done[name] = {}
             for mode in modes:
-                compiled = torch.compile(module, mode=mode)
+                # "MODE+tf32": float32 matmuls on TF32 tensor cores, as the CUDA EP's default (use_tf32=1)
+                # does; torch's own default is full float32 matmuls (convolutions use TF32 either way)
+                torch.backends.cuda.matmul.allow_tf32 = mode.endswith("+tf32")
+                compiled = torch.compile(module, mode=mode.removesuffix("+tf32"))
                 with torch.no_grad():
                     for _ in range(5):
                         compiled(*feeds)
@@ -136,11 +139,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--torch-modes", default="", help="comma-separated torch.compile modes, e.g. "
-                        "reduce-overhead,max-autotune-no-cudagraphs")
+                        "reduce-overhead,max-autotune-no-cudagraphs; MODE+tf32 lets float32 matmuls use TF32")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--rows", type=Path, help="the --out of an earlier run: its tuned routes' rows are "
+                        "kept (not timed again) and the torch.compile columns added")
     args = parser.parse_args()
     modes = [m for m in args.torch_modes.split(",") if m]
-    rows = job_rows(args.project.resolve(), args.rounds, args.iters)
+    rows = json.loads(args.rows.read_text()) if args.rows else job_rows(args.project.resolve(), args.rounds,
+                                                                         args.iters)
     print(table(rows, []), flush=True)  # the tuned routes first: the reference below takes minutes
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
