@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,20 @@ def test_a_corrupt_blob_is_rebuilt_not_materialized(tuned: Path, tmp_path: Path)
     _, entry = _engine(manifest)
     assert _sha(engine.read_bytes()) == entry["engine"]["sha256"]  # type: ignore[index]
     assert open_project(manifest).store.verify(str(entry["engine"]["sha256"]))  # type: ignore[index]
+
+
+def test_engines_gone_from_the_store_are_rebuilt_inside_the_progress_count(tuned: Path, tmp_path: Path) -> None:
+    """A cache carried without its blob store (run 3 on the H200 printed "[3/2]"): every engine gone is built
+    again, said as such, and the progress count grows with it instead of running past its total."""
+    manifest = copy_project(tuned, tmp_path / "p")
+    store = open_project(manifest).store
+    for blob in [p for p in store.root.glob("??/*") if p.is_file()]:
+        blob.unlink()
+    for engine in (manifest.parent / "engines").rglob("*"):
+        if engine.is_file():
+            engine.unlink()
+    code, out = cli("apply", "-m", str(manifest))
+    assert code == 0, out
+    assert "is gone from the blob store; building it again" in out
+    counts = [tuple(map(int, m.groups())) for m in re.finditer(r"\[(\d+)/(\d+)\]", out)]
+    assert counts and all(done <= total for done, total in counts), counts

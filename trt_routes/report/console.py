@@ -240,6 +240,13 @@ class PlainReporter:
         if not self.quiet:
             self.console.print(f"  {job.name}: {text}", markup=False, highlight=False)
 
+    def rebuild(self, job: Job, route: str) -> None:
+        self.total += 1  # counted from here on, so the count never runs past its total
+        self.at_most += 1
+        if not self.quiet:
+            self.console.print(f"  {job.name}: the engine of {describe(route)} is gone from the blob store; "
+                               "building it again", markup=False, highlight=False)
+
     def close(self) -> None:
         pass
 

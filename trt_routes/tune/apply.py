@@ -24,7 +24,6 @@ from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
-from trt_routes.routes import describe
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
 from trt_routes.selection.final import final_selection, select_for_job
@@ -330,8 +329,7 @@ class Applier(TrialRunner):
                 raise JobFailed(sel.summary)
             winner = trials[sel.winner]
             if not self.rounds.have_engine(winner.engine_sha256):
-                self.reporter.message(f"{job.name}: engine of {describe(sel.winner)} is gone from the "
-                                      "store; rebuilding it")
+                self.reporter.rebuild(job, sel.winner)
                 winner = self.run_trial(job, sel.winner, self.reference(job))
                 trials[sel.winner] = winner
                 outcome.built += 1

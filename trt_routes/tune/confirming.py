@@ -120,6 +120,7 @@ class ConfirmationRounds:
         for route in routes:
             sha = trials[route].engine_sha256
             if not self.have_engine(sha):
+                self.runner.reporter.rebuild(job, route)
                 trials[route] = self.runner.run_trial(job, route, ref)
                 if trials[route].status != "ok":
                     return f"rebuilding {describe(route)} failed: {trials[route].error}"
