@@ -8,8 +8,9 @@ Trials are drawn from the model as the replay backend draws them (seeded per see
 
 - cold: profile ``a``, nothing related known, ``max_builds`` 60 and 120;
 - warm: profile ``b`` with the route cold@120 chose for profile ``a`` as the warm start (same model, another
-  shape), ``max_builds`` 60;
-- other: the other model (profile ``a``) with that same route as its only prior, ``max_builds`` 60;
+  shape), ``max_builds`` 60: with that winner only, and with the values that failed in cold@120's trials
+  (``trt_routes.search.priors.failed_values``, what ``plan``/``apply`` read from the cache) screened last;
+- other: the other model (profile ``a``) with that same route and those failed values as its priors, 60 builds;
 - fast@60: trtexec's scan cut at 60 builds (what ``adaptive`` did before group screening).
 
 Regret = the chosen route's true time / the best route the generator's noise-free descent found
@@ -45,6 +46,7 @@ from trt_routes.plan import outcomes  # noqa: E402
 from trt_routes.routes import parse_expression  # noqa: E402
 from trt_routes.search import make_search  # noqa: E402
 from trt_routes.search.job import JobSearch  # noqa: E402
+from trt_routes.search.priors import failed_values  # noqa: E402
 from trt_routes.selection import DEFAULT_ROUTE, select  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
@@ -68,11 +70,13 @@ def trial(land: ModelLandscape, profile: str, route: str, seed: int, k: int) -> 
                        mean_ms=st.mean, losses={"y": {"cos": 0.0}})
 
 
-def run(land: ModelLandscape, profile: str, mode: str, budget: int, seed: int, warm: tuple[str, ...] = ()) -> tuple[
-        str | None, int]:
-    """(chosen route, builds) of one search, apply's loop with one worker."""
+def run(land: ModelLandscape, profile: str, mode: str, budget: int, seed: int, warm: tuple[str, ...] = (),
+        avoid: tuple[str, ...] = (), seen: dict[str, TrialRecord] | None = None) -> tuple[str | None, int]:
+    """(chosen route, builds) of one search, apply's loop with one worker. ``avoid``: values that failed for a
+    related job (``trt_routes.search.priors``); ``seen`` receives the trials."""
     expr = parse_expression(land.expression_text(), land.catalog)
-    inner = make_search(mode, expr, land.catalog, warm=warm, budget=budget if mode == "adaptive" else None)
+    inner = make_search(mode, expr, land.catalog, warm=warm, budget=budget if mode == "adaptive" else None,
+                        avoid=avoid)
     search = JobSearch(inner, warm, frozenset(), budget, None)
     trials: dict[str, TrialRecord] = {}
     while True:
@@ -85,6 +89,8 @@ def run(land: ModelLandscape, profile: str, mode: str, budget: int, seed: int, w
             trials[route] = trial(land, profile, route, seed, 1)
     cands = [DEFAULT_ROUTE, *search.candidates(outcomes(trials, TOL))]
     sel = select(trials, [r for r in dict.fromkeys(cands) if r in trials], TOL)
+    if seen is not None:
+        seen.update(trials)
     return sel.winner, len(trials)
 
 
@@ -107,18 +113,22 @@ def main() -> None:
         best = {p: float(data["header"]["best"][p]["ms"]) for p in ("a", "b")}
         other_best = float(other_data["header"]["best"]["a"]["ms"])
         cold: dict[int, str | None] = {}
+        related: dict[str, TrialRecord] = {}  # what the cache holds after cold@120: its trials
         for budget in (60, 120):
-            cold[budget], used = run(land, "a", "adaptive", budget, seed)
+            cold[budget], used = run(land, "a", "adaptive", budget, seed, seen=related if budget == 120 else None)
             rows.setdefault(f"cold@{budget}", []).append((regret(land, "a", cold[budget], best["a"]), used))
         winner, used = run(land, "a", "fast", 60, seed)
         rows.setdefault("fast@60 (before)", []).append((regret(land, "a", winner, best["a"]), used))
         prior = (cold[120],) if cold[120] else ()
+        avoid = failed_values(related.values())
         winner, used = run(land, "b", "adaptive", 60, seed, prior)
-        rows.setdefault("warm@60 (same model, other shape)", []).append((regret(land, "b", winner, best["b"]), used))
+        rows.setdefault("warm@60, winner only", []).append((regret(land, "b", winner, best["b"]), used))
+        winner, used = run(land, "b", "adaptive", 60, seed, prior, avoid)
+        rows.setdefault("warm@60, winner and failed values", []).append((regret(land, "b", winner, best["b"]), used))
         winner, used = run(land, "b", "adaptive", 60, seed)
         rows.setdefault("cold@60 on the warm rows' profile", []).append((regret(land, "b", winner, best["b"]), used))
-        winner, used = run(other, "a", "adaptive", 60, seed, prior)
-        rows.setdefault("other model@60 (prior: its winner)", []).append((regret(other, "a", winner, other_best), used))
+        winner, used = run(other, "a", "adaptive", 60, seed, prior, avoid)
+        rows.setdefault("other model@60 (its winner and failed values)", []).append((regret(other, "a", winner, other_best), used))
         winner, used = run(other, "a", "adaptive", 60, seed)
         rows.setdefault("other model cold@60", []).append((regret(other, "a", winner, other_best), used))
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)

@@ -81,3 +81,38 @@ def test_plan_on_a_200_knob_group_answers_in_every_mode(
     assert "Traceback" not in out
     doc = json.loads(out)
     assert doc and code in (0, 2), out[:2000]
+
+
+def test_values_that_failed_for_a_related_job_are_screened_last_and_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shape a tuned under a budget leaves failed trials in the cache; shape b's search (same model) reads them:
+    the values that failed there and never in a successful trial go after every other value, and plan and
+    explain say so. The failed values are frozen with the search, so plan and apply agree."""
+    from _project import cli, edit_manifest
+
+    from trt_routes.project import open_project
+    from trt_routes.routes import route_dict
+    from trt_routes.search.job import job_search
+    from trt_routes.search.priors import failed_values
+    from trt_routes.tune.apply import apply
+
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(_project(tmp_path, {"mode": "adaptive", "max_builds": 24})))
+    manifest = tmp_path / "tuning.yaml"
+    assert apply(open_project(manifest)).exit_code == 0
+    project = open_project(manifest)
+    with project.open_cache() as cache:
+        failed = failed_values(cache.trials_for_job("m/a/cpu"))
+    assert failed  # 3% crashing and 3% gate-failing values: some groups failed
+    edit_manifest(manifest, lambda d: d["models"]["m"].update(shapes={"a": {"x": [1]}, "b": {"x": [2]}}))
+    code, out = cli("plan", "-m", str(manifest))
+    assert code in (0, 2) and f"{len(failed)} value(s) that failed for related jobs screened last" in out, out
+    project = open_project(manifest)
+    job = next(j for j in project.jobs if j.name == "m/b/cpu")
+    with project.open_cache() as cache:
+        search = job_search(job, cache, set())
+    assert set(search.avoid) == set(failed)
+    from trt_routes.search import Outcome
+
+    known = {r: Outcome(True, 1.0, 0.99, 1.01) for r in search.next_batch({})}
+    holds = [any(f"{o}={v}" in failed for o, v in route_dict(r).items()) for r in search.inner.next_batch(known)]
+    assert False in holds and True in holds and holds == sorted(holds)  # every route without a failed value first

@@ -18,7 +18,7 @@ from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan.diff import outcomes, stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
-from trt_routes.search.job import job_search, search_note, warm_sources
+from trt_routes.search.job import avoid_sentence, job_search, search_note, warm_sources
 from trt_routes.selection.final import confirmation_lines, final_selection
 from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, front_lines, pareto_front, trial_facts
@@ -168,6 +168,8 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
         if search is not None and search.warm:
             ex.decision.append("Warm start (priors): the search began with related jobs' winners: "
                                + "; ".join(warm_sources(cache, job, search.warm)) + ".")
+        if search is not None and (avoided := avoid_sentence(search.avoid)):
+            ex.decision.append(f"Priors: {avoided}.")
     ex.provenance = _provenance(job, trials, sel)
     ex.older = _older_groups(job, others, cache)
     return ex

@@ -59,15 +59,21 @@ def search_state(cache: CacheStore, group_key: str, strategy_key: str) -> dict[s
         return None
     row = dict(rows[0])
     try:
-        row["warm"] = json.loads(row.get("warm") or "[]")
+        warm = json.loads(row.get("warm") or "[]")
     except ValueError:
-        row["warm"] = []
+        warm = []
+    # a list: the warm-start routes (before priors held failed values); else {"routes": [...], "avoid": [...]}
+    if isinstance(warm, dict):
+        row["warm"], row["avoid"] = list(warm.get("routes") or []), list(warm.get("avoid") or [])
+    else:
+        row["warm"], row["avoid"] = list(warm) if isinstance(warm, list) else [], []
     return row
 
 
 def put_search_state(cache: CacheStore, group_key: str, strategy_key: str, job: str, warm: list[str],
-                     state: str, builds: int, seconds: float) -> None:
-    row = {"group_key": group_key, "strategy_key": strategy_key, "job": job, "warm": json.dumps(warm),
+                     state: str, builds: int, seconds: float, avoid: list[str] | None = None) -> None:
+    priors: object = {"routes": warm, "avoid": avoid} if avoid else warm
+    row = {"group_key": group_key, "strategy_key": strategy_key, "job": job, "warm": json.dumps(priors),
            "state": state, "builds": builds, "seconds": seconds, "updated_at": now()}
     updates = ", ".join(f"{col} = excluded.{col}" for col in row if col not in ("group_key", "strategy_key"))
     with cache.conn:

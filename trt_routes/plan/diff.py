@@ -24,7 +24,7 @@ from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
 from trt_routes.search import Outcome, cached_search, make_search
-from trt_routes.search.job import JobSearch, job_search, selection_key, warm_sources
+from trt_routes.search.job import JobSearch, avoid_sentence, job_search, selection_key, warm_sources
 from trt_routes.selection.final import describe_requests, final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate, trial_facts
 
@@ -322,6 +322,8 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         if search.warm and not known.get(search.warm[0]):  # the priors this search starts from, named
             reasons.append("starts from related jobs' winners: " + "; ".join(
                 warm_sources(cache, job, search.warm, winners() if winners is not None else None)))
+        if avoided := avoid_sentence(search.avoid):
+            reasons.append(avoided)
         bound = build_bound(job, search, known, batch)
         minutes = job.strategy.max_minutes
         if bound > len(batch):

@@ -62,7 +62,7 @@ class AdaptiveSearch(Search):
     keeps_proposals = True
 
     def __init__(self, expr: Expression, catalog: Catalog, warm: Iterable[str] = (), min_gain: float = 0.01,
-                 budget: int | None = None) -> None:
+                 budget: int | None = None, avoid: Iterable[str] = ()) -> None:
         self._routes = _Routes(expr, catalog)
         self.min_gain = min_gain
         self.budget = budget
@@ -77,13 +77,18 @@ class AdaptiveSearch(Search):
         self.warm = tuple(unique(r for r in (self.project(w) for w in warm) if r is not None and r != self.baseline))
         #: screening, cheapest builds first (``Catalog.route_cost``; token order among equals), so that a
         #: ``max_minutes`` budget screens as many knobs as it can before the autotuning ones
-        screening = sorted(screen.routes, key=lambda r: catalog.route_cost(route_dict(r)))
+        #: ``option=value`` of values that failed for related jobs (``trt_routes.search.priors``): screened last
+        self.avoid = frozenset(avoid)
+        screening = sorted(screen.routes, key=lambda r: (self._avoided(r), catalog.route_cost(route_dict(r))))
         self.phase1 = unique([self.baseline, *self.warm, *screening])
         #: ``max_builds`` cannot pay for the one-knob scan and leave a quarter for combining: screen in groups
         #: (and the group is large enough for groups to save builds: small groups keep the one-knob scan)
         self.grouped = budget is not None and len(self.phase1) >= GROUPED_MIN and \
             len(self.phase1) > budget * (1 - RESERVE)
         self._screens: dict[str, GroupScreen] = {}
+
+    def _avoided(self, route: str) -> bool:
+        return any(f"{o}={v}" in self.avoid for o, v in route_dict(route).items())
 
     def project(self, route: str) -> str | None:
         """``route`` restricted to this expression's varied knobs and values (pinned knobs as pinned)."""
@@ -285,7 +290,8 @@ class AdaptiveSearch(Search):
             base = dict(assign)
             self._screens[centre] = GroupScreen(
                 units, self.budget or 0, lambda group: self._routes.route({**base, **dict(group)}),
-                lambda a, b: beats_beyond_noise(a, b, self.min_gain))
+                lambda a, b: beats_beyond_noise(a, b, self.min_gain),
+                last=lambda u: f"{u[0]}={u[1]}" in self.avoid)  # failed for related jobs: screened last
         return self._screens[centre]
 
     def _default(self, option: str) -> str:

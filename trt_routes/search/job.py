@@ -19,6 +19,7 @@ from trt_routes.cache.store import CacheStore
 from trt_routes.jobs import Job
 from trt_routes.routes import DEFAULT_ROUTE, route_dict
 from trt_routes.search import Outcome, Search, cached_search
+from trt_routes.search.priors import MAX_RELATED, failed_values, related_names
 
 #: At most this many warm-start routes (each one costs a build).
 MAX_WARM = 3
@@ -56,14 +57,27 @@ def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM,
     the same model on another target, then other models on this target. The default route is left out.
     ``winners``: ``side_tables.current_winners(cache)`` if the caller has it already (a plan over many jobs)."""
     winners = side_tables.current_winners(cache) if winners is None else winners
-    prefix, suffix = f"{job.model}/", f"/{job.target}"
-    # nearest first: this model on this target (0), this model elsewhere (1), other models on this target (2)
-    ranked = sorted([(0 if name.endswith(suffix) else 1, name) for name in winners
-                     if name.startswith(prefix) and name != job.name]
-                    + [(2, name) for name in winners
-                       if name.endswith(suffix) and not name.startswith(prefix) and name != job.name])
-    routes = [winners[name] for _, name in ranked if winners[name] != DEFAULT_ROUTE]
+    routes = [winners[name] for name in related_names(job.name, job.model, job.target, winners)
+              if winners[name] != DEFAULT_ROUTE]
     return tuple(dict.fromkeys(routes))[:limit]
+
+
+def related_failures(cache: CacheStore, job: Job, winners: Mapping[str, str]) -> tuple[str, ...]:
+    """Values of this job's varied knobs that failed for the nearest related jobs that have a winner
+    (``trt_routes.search.priors``)."""
+    assert job.expression is not None
+    varied = {t.option: set(t.values) for t in job.expression.tokens if len(t.values) > 1}
+    names = related_names(job.name, job.model, job.target, winners)[:MAX_RELATED]
+    failed = failed_values(t for name in names for t in cache.trials_for_job(name))
+    return tuple(u for u in failed if (o := u.split("=", 1))[0] in varied and o[1] in varied[o[0]])
+
+
+def avoid_sentence(avoid: tuple[str, ...]) -> str | None:
+    """Plan and explain name the failed values a search screens last."""
+    if not avoid:
+        return None
+    shown = ", ".join(avoid[:4]) + (", ..." if len(avoid) > 4 else "")
+    return f"{len(avoid)} value(s) that failed for related jobs screened last: {shown}"
 
 
 def warm_sources(cache: CacheStore, job: Job, warm: tuple[str, ...],
@@ -106,6 +120,7 @@ class JobSearch(Search):
         self.started = clock() if clock else 0.0
         self.cost = cost or (lambda route: 1.0)
         self.short: str | None = None  # why a route did not fit in the time left (``fits``)
+        self.avoid: tuple[str, ...] = ()  # values that failed for related jobs, screened last (``job_search``)
 
     def builds(self, known: Mapping[str, Outcome]) -> int:
         return self.spent_builds + sum(1 for r in known if r not in self.initial)
@@ -191,27 +206,31 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     key = strategy_key(job)
     row = side_tables.search_state(cache, job.group_key, key)
     if row is not None:
-        warm = tuple(row["warm"])
+        warm, avoid = tuple(row["warm"]), tuple(row["avoid"])
     elif job.strategy.mode == "adaptive" and job.strategy.warm_start:
-        warm = related_winners(cache, job, winners=winners() if winners is not None else None)
+        won = winners() if winners is not None else side_tables.current_winners(cache)
+        warm, avoid = related_winners(cache, job, winners=won), related_failures(cache, job, won)
     else:
-        warm = ()
+        warm, avoid = (), ()
     if running and row is None:
-        side_tables.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0)
+        side_tables.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0,
+                                     avoid=list(avoid))
     inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain,
-                          job.strategy.max_builds if job.strategy.mode == "adaptive" else None)
+                          job.strategy.max_builds if job.strategy.mode == "adaptive" else None, avoid)
     catalog = job.catalog
-    return JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
-                     int(row["builds"] or 0) if row else 0,
-                     float(row["seconds"] or 0.0) if row else 0.0, time.monotonic if running else None,
-                     baselines=job.baseline_routes, cost=lambda r: catalog.route_cost(route_dict(r)))
+    search = JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
+                       int(row["builds"] or 0) if row else 0,
+                       float(row["seconds"] or 0.0) if row else 0.0, time.monotonic if running else None,
+                       baselines=job.baseline_routes, cost=lambda r: catalog.route_cost(route_dict(r)))
+    search.avoid = avoid
+    return search
 
 
 def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping[str, Outcome]) -> None:
     """Record what this apply's search spent and whether it stopped at its budget."""
     state = "budget" if search.unfinished(known) else "complete"
     side_tables.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), state,
-                           search.builds(known), round(search.seconds(), 3))
+                                 search.builds(known), round(search.seconds(), 3), avoid=list(search.avoid))
 
 
 def search_note(search: Search, known: Mapping[str, Outcome]) -> str | None:

@@ -26,10 +26,11 @@ _STRATEGIES: dict[str, Callable[[Expression, Catalog], Search]] = {
 
 
 def make_search(mode: str, expr: Expression, catalog: Catalog, *, warm: tuple[str, ...] = (),
-                min_gain: float = 0.01, budget: int | None = None) -> Search:
+                min_gain: float = 0.01, budget: int | None = None, avoid: tuple[str, ...] = ()) -> Search:
     """The strategy for ``mode`` over ``expr``, after checking the expression against the catalog.
 
-    ``warm`` (routes that won for related jobs), ``min_gain`` and ``budget`` (``max_builds``: group screening
+    ``warm`` (routes that won for related jobs), ``avoid`` (values that failed for them: screened last),
+    ``min_gain`` and ``budget`` (``max_builds``: group screening
     when it cannot pay for a one-knob scan) are used by ``adaptive`` only."""
     if mode not in MODES:
         close = difflib.get_close_matches(mode, MODES, n=1)
@@ -37,15 +38,15 @@ def make_search(mode: str, expr: Expression, catalog: Catalog, *, warm: tuple[st
         raise RouteError(f"unknown search mode `{mode}`", f"{hint}modes: {', '.join(MODES)}")
     validate_expression(expr, catalog)
     if mode == "adaptive":
-        return AdaptiveSearch(expr, catalog, warm, min_gain, budget)
+        return AdaptiveSearch(expr, catalog, warm, min_gain, budget, avoid)
     return _STRATEGIES[mode](expr, catalog)
 
 
 @functools.lru_cache(maxsize=256)
 def cached_search(mode: str, expr: Expression, catalog: Catalog, warm: tuple[str, ...] = (),
-                  min_gain: float = 0.01, budget: int | None = None) -> Search:
+                  min_gain: float = 0.01, budget: int | None = None, avoid: tuple[str, ...] = ()) -> Search:
     """``make_search`` memoized: strategies are stateless, so jobs sharing a switch group share one."""
-    return make_search(mode, expr, catalog, warm=warm, min_gain=min_gain, budget=budget)
+    return make_search(mode, expr, catalog, warm=warm, min_gain=min_gain, budget=budget, avoid=avoid)
 
 
 def expand(mode: str, expr: Expression, catalog: Catalog) -> list[str]:

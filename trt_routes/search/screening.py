@@ -52,16 +52,18 @@ class GroupScreen:
     """Bisecting group screening of ``units`` on top of a centre route, within ``budget`` builds."""
 
     def __init__(self, units: Sequence[Unit], budget: int, route_of: Callable[[Sequence[Unit]], str],
-                 beats: Callable[[Outcome, Outcome], bool]) -> None:
+                 beats: Callable[[Outcome, Outcome], bool], last: Callable[[Unit], bool] = lambda u: False) -> None:
         self.units = list(units)
         self.budget = budget
         self.route_of = route_of
         self.beats = beats
-        # units ordered by value (every knob's first non-default value first): groups mix knobs, not values
-        order = sorted(range(len(self.units)), key=lambda i: (self._value_rank(self.units[i]), i))
+        # units ordered by value (every knob's first non-default value first): groups mix knobs, not values;
+        # units ``last`` says fail elsewhere come after all others, in groups of their own
+        order = sorted(range(len(self.units)), key=lambda i: (last(self.units[i]), self._value_rank(self.units[i]), i))
         ordered = [self.units[i] for i in order]
         size = max(1, math.ceil(len(ordered) / group_count(len(ordered), budget)))
-        self.first = split_by_knob(ordered, size)
+        first = [u for u in ordered if not last(u)]
+        self.first = split_by_knob(first, size) + split_by_knob(ordered[len(first):], size)
 
     def _value_rank(self, unit: Unit) -> int:
         return sum(1 for o, _ in self.units[: self.units.index(unit)] if o == unit[0])
