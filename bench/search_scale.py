@@ -128,7 +128,8 @@ def main() -> None:
         winner, used = run(land, "b", "adaptive", 60, seed)
         rows.setdefault("cold@60 on the warm rows' profile", []).append((regret(land, "b", winner, best["b"]), used))
         winner, used = run(other, "a", "adaptive", 60, seed, prior, avoid)
-        rows.setdefault("other model@60 (its winner and failed values)", []).append((regret(other, "a", winner, other_best), used))
+        rows.setdefault("other model@60 (its winner and failed values)", []).append(
+            (regret(other, "a", winner, other_best), used))
         winner, used = run(other, "a", "adaptive", 60, seed)
         rows.setdefault("other model cold@60", []).append((regret(other, "a", winner, other_best), used))
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
