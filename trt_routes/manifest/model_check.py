@@ -6,7 +6,10 @@ problem points at ``tuning.yaml:LINE:COL``; all are reported at once."""
 from __future__ import annotations
 
 import difflib
+import zipfile
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from trt_routes.errors import ManifestError
 from trt_routes.files.model_files import ModelFiles
@@ -60,7 +63,49 @@ class _Check:
             self.input_spec(name, given.dtype, given.low, given.high)
         self.integers()
         self.tolerance_outputs()
+        if isinstance(self.model.reference, ReferenceFiles):
+            self.reference_files(self.model.reference)
         return self.problems
+
+    def reference_files(self, ref: ReferenceFiles) -> None:
+        """Reference .npz files exist, are archives of plain arrays (never pickled objects), and hold the graph's
+        inputs (names, dtypes, ranks) and outputs by name: found here, not after apply has written files."""
+        fix = "write it with numpy.savez(path, <name>=array, ...): one array per graph input (or output)"
+        for key, text, names in (("inputs", ref.inputs, self.graph), ("outputs", ref.outputs, self.outputs)):
+            path = self.loaded.resolve(text)
+            if not path.is_file():
+                self.fail(("reference", key), f"reference file not found: {path}", fix)
+                continue
+            try:
+                arrays = npz_headers(path)
+            except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+                self.fail(("reference", key), f"{path.name} is not a .npz archive of arrays ({exc})", fix)
+                continue
+            pickled = sorted(n for n, (dtype, _) in arrays.items() if dtype.hasobject)
+            if pickled:
+                self.fail(("reference", key), f"{path.name} holds Python objects ({', '.join(pickled)}): "
+                          "trt-routes never unpickles", "save numeric arrays only (numpy.savez, no dtype=object)")
+                continue
+            if names is None:
+                continue
+            wanted = list(names)
+            missing = [n for n in wanted if n not in arrays]
+            unknown = sorted(n for n in arrays if n not in wanted)
+            if missing or unknown:
+                self.fail(("reference", key), f"{path.name} must hold the model's {key} by name: "
+                          + "; ".join(part for part in (
+                              f"missing {', '.join(missing)}" if missing else "",
+                              f"not {key} of {self.file}: {', '.join(unknown)}" if unknown else "") if part),
+                          f"the {key} of {self.file}: {', '.join(wanted)}")
+                continue
+            if key == "inputs" and self.graph is not None:
+                for name, (dtype, shape) in arrays.items():
+                    info = self.graph[name]
+                    if str(dtype) != info.dtype or (info.dims is not None and len(shape) != len(info.dims)):
+                        self.fail(("reference", key), f"{path.name}: input '{name}' is {dtype} of shape "
+                                  f"{list(shape)}, the graph's is {info.dtype} of rank "
+                                  f"{'?' if info.dims is None else len(info.dims)}",
+                                  f"save '{name}' as {info.dtype} with the graph's rank")
 
     def tolerance_outputs(self) -> None:
         """A tolerance's per-output checks name outputs of the graph: a typo there would gate nothing at
@@ -193,6 +238,23 @@ class _Check:
                       (f"add '{info.name}: {example}' under 'inputs:'" if self.model.inputs else
                        f"add 'inputs: {{{info.name}: {example}}}'") + " with the valid range (high exclusive; e.g. "
                       "the vocabulary size for token ids), or give reference files", at_key=True)
+
+
+def npz_headers(path: Path) -> dict[str, tuple[Any, tuple[int, ...]]]:
+    """Array name -> (dtype, shape) of a .npz archive, from each member's header alone (no array is read, nothing
+    unpickled)."""
+    import numpy as np  # only for a manifest with reference files
+
+    out: dict[str, tuple[Any, tuple[int, ...]]] = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _fortran, dtype = read(member)
+            out[info.filename.removesuffix(".npy")] = (dtype, tuple(shape))
+    return out
 
 
 _DTYPES = ("float32", "float16", "int64", "int32", "bool")
