@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trt_routes.cache.store import CacheStore, TrialRecord
-from trt_routes.errors import UsageError
+from trt_routes.errors import CacheError, UsageError
 from trt_routes.files.artifacts import BlobStore
 from trt_routes.jobs import Job, resolve_jobs
 from trt_routes.lockfile import Lockfile
@@ -91,7 +91,14 @@ class Project:
         return CacheStore(Path(":memory:"))
 
     def open_cache(self, create: bool = True) -> CacheStore:
-        return CacheStore(self.cache_path, create=create)
+        try:
+            return CacheStore(self.cache_path, create=create)
+        except CacheError as exc:  # name the tuning.yaml line that chose a cache file of its own
+            if ("paths", "cache") not in self.loaded.positions:
+                raise
+            line, column = self.loaded.positions[("paths", "cache")]
+            raise type(exc)(f"{exc.message} (chosen by {self.loaded.path.name}:{line}:{column}, paths.cache)",
+                            exc.hint) from exc
 
     def engine_path(self, job: Job, suffix: str) -> Path:
         return self.out_dir / job.model / job.shape / f"{job.target}{suffix}"
