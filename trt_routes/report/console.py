@@ -75,10 +75,23 @@ def folded(count: int) -> str:
     return f"({count} jobs)"
 
 
+#: A route's knob (``-graph_optimization_level=extended``) is kept on one line up to this width.
+TOKEN_WIDTH = 40
+
+
+def add_columns(table: Table, cols: tuple[str, ...], routes: dict[str, list[str]] | None = None) -> None:
+    """Columns that wrap at spaces; a ``job`` column never wraps (a narrow terminal wraps the others first), and
+    a route column is at least as wide as its longest knob (``routes``: column -> the routes shown), so neither
+    is split mid-word at 80 columns."""
+    for col in cols:
+        tokens = [t for r in (routes or {}).get(col, []) for t in r.split()]
+        table.add_column(col, overflow="fold", no_wrap=col == "job",
+                         min_width=min(TOKEN_WIDTH, max(map(len, tokens))) if tokens else None)
+
+
 def render_plan(plan: Plan, console: Console) -> None:
     table = Table(title="Plan", title_justify="left", show_lines=False)
-    for col in ("job", "action", "builds", "reused", "reason"):
-        table.add_column(col, overflow="fold")
+    add_columns(table, ("job", "action", "builds", "reused", "reason"))
     fresh = [jp for jp in plan.jobs if jp.action == "up-to-date"]
     fold = len(fresh) > FOLD_UP_TO_DATE
     for jp in plan.jobs:
@@ -123,8 +136,8 @@ def summary_table(result: ApplyResult) -> Table:
                 for o in result.outcomes)
     cols = ("job", "default ms", "chosen ms", "speedup", *(("baseline ms", "vs baseline") if named else ()),
             "chosen route", "built", "reused", "note")
-    for col in cols:
-        table.add_column(col, overflow="fold")
+    add_columns(table, cols, {"chosen route": [o.lock_entry.route or "" for o in result.outcomes
+                                               if o.lock_entry is not None]})
     fresh = [o for o in result.outcomes if o.action == "up-to-date" and not o.error]
     fold = len(fresh) > FOLD_UP_TO_DATE
     for o in result.outcomes:
@@ -313,8 +326,8 @@ def render_explain(ex: Explanation, console: Console) -> None:
         console.print(f"  Rule: {sel.rule}", markup=False, highlight=False)
         console.print(f"  Tolerance {_tolerance_text(job)}", markup=False, highlight=False)
         table = Table(title="Trials", title_justify="left", show_lines=False)
-        for col in ("route", "status", "median ms", "95% CI", "losses", "build s", "verdict"):
-            table.add_column(col, overflow="fold")
+        add_columns(table, ("route", "status", "median ms", "95% CI", "losses", "build s", "verdict"),
+                    {"route": [t.route for t in ex.trials]})
         keys = sorted({c.key for c in job.tolerance.checks}
                       | {c.key for cs in job.tolerance.outputs.values() for c in cs}) or None
         for t in ex.trials:
@@ -370,8 +383,7 @@ def _render_provenance(ex: Explanation, console: Console) -> None:
 
 def render_status(rows: list[JobStatus], console: Console) -> None:
     table = Table(title="Status", title_justify="left")
-    for col in ("job", "state", "route", "detail"):
-        table.add_column(col, overflow="fold")
+    add_columns(table, ("job", "state", "route", "detail"), {"route": [r.route or "" for r in rows]})
     for r in rows:
         style = "green" if r.state == "ok" else ("dim" if r.state == "blocked" else "red")
         table.add_row(r.job, f"[{style}]{r.state}[/]", describe(r.route) if r.route is not None else "-",
