@@ -116,3 +116,36 @@ def test_values_that_failed_for_a_related_job_are_screened_last_and_named(
     known = {r: Outcome(True, 1.0, 0.99, 1.01) for r in search.next_batch({})}
     holds = [any(f"{o}={v}" in failed for o, v in route_dict(r).items()) for r in search.inner.next_batch(known)]
     assert False in holds and True in holds and holds == sorted(holds)  # every route without a failed value first
+
+
+def test_failed_values_travel_with_the_search_state_in_a_bundle(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search that screens failed values last records them with its state; a bundle carries that state and
+    the importing cache reads the same values back (its plan then proposes the same routes)."""
+    from _project import edit_manifest
+
+    from trt_routes.cache import side_tables
+    from trt_routes.project import open_project
+    from trt_routes.share.merge import export_bundle, import_bundle
+    from trt_routes.tune.apply import apply
+
+    land = _project(tmp_path, {"mode": "adaptive", "max_builds": 24})
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(land))
+    manifest = tmp_path / "tuning.yaml"
+    assert apply(open_project(manifest)).exit_code == 0
+    edit_manifest(manifest, lambda d: d["models"]["m"].update(shapes={"a": {"x": [1]}, "b": {"x": [2]}}))
+    assert apply(open_project(manifest)).exit_code == 0
+    with open_project(manifest).open_cache() as cache:
+        rows = [r for r in cache.query("SELECT group_key, strategy_key FROM searches")]
+        states = [side_tables.search_state(cache, r["group_key"], r["strategy_key"]) for r in rows]
+    avoided = [s for s in states if s and s["avoid"]]
+    assert avoided  # shape b's search screened shape a's failed values last
+    export_bundle(open_project(manifest), tmp_path / "b.tar.gz")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tuning.yaml").write_text(manifest.read_text())
+    report = import_bundle(open_project(other / "tuning.yaml"), tmp_path / "b.tar.gz")
+    assert report.searches >= 1
+    with open_project(other / "tuning.yaml").open_cache() as cache:
+        got = side_tables.search_state(cache, avoided[0]["group_key"], avoided[0]["strategy_key"])
+    assert got is not None and got["avoid"] == avoided[0]["avoid"] and got["warm"] == avoided[0]["warm"]

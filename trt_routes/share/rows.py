@@ -283,9 +283,14 @@ def parse_search(obj: Any, where: str) -> dict[str, Any]:
         warm = loads_bounded(obj["warm"])
     except ValueError as exc:
         raise BundleError(f"{where}: search warm routes are not JSON ({exc})") from exc
-    if not (isinstance(warm, list) and all(isinstance(r, str) for r in warm)):
-        raise BundleError(f"{where}: search warm routes must be a list of routes")
-    problem = next((p for p in map(route_problem, warm) if p), None)
+    # a list of warm-start routes, or (with priors of failed values) {"routes": [...], "avoid": ["-k=v", ...]}
+    routes, avoid = (warm.get("routes"), warm.get("avoid")) if isinstance(warm, dict) and \
+        set(warm) == {"routes", "avoid"} else (warm, [])
+    if not (isinstance(routes, list) and all(isinstance(r, str) for r in routes)
+            and isinstance(avoid, list) and all(isinstance(u, str) and " " not in u for u in avoid)):
+        raise BundleError(f"{where}: search warm routes must be a list of routes, or "
+                          "{\"routes\": [...], \"avoid\": [option=value, ...]}")
+    problem = next((p for p in map(route_problem, [*routes, *avoid]) if p), None)
     if problem:
         raise BundleError(f"{where}: search warm routes: {problem}")
     return {**obj, "seconds": float(obj["seconds"])}
