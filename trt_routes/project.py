@@ -42,6 +42,11 @@ class Project:
         return self.loaded.resolve(self.loaded.manifest.paths.cache)
 
     @property
+    def profiles_dir(self) -> Path:
+        """Layer profiles of trials, ``<id>.json`` beside the cache (``trt_routes.audit.layers``)."""
+        return self.cache_path.parent / "profiles"
+
+    @property
     def store(self) -> BlobStore:
         return BlobStore(self.loaded.resolve(self.loaded.manifest.paths.engines))
 

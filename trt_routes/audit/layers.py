@@ -28,7 +28,7 @@ from trt_routes.selection.rank import DEFAULT_ROUTE
 
 
 def profile_path(project: Project, trial: TrialRecord) -> Path:
-    return project.cache_path.parent / "profiles" / f"{trial.id}.json"
+    return project.profiles_dir / f"{trial.id}.json"
 
 
 def stored_profile(project: Project, trial: TrialRecord) -> LayerProfile | None:

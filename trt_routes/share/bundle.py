@@ -31,6 +31,7 @@ from trt_routes import __version__, canonical
 from trt_routes.cache.store import TrialRecord, now
 from trt_routes.errors import CacheError
 from trt_routes.files.artifacts import atomic_output
+from trt_routes.share.profiles import parse_profile
 from trt_routes.share.rows import (
     _BLOB_NAME,
     _HEX,
@@ -52,7 +53,7 @@ TABLES = ("trials.jsonl", "signatures.jsonl", "references.jsonl")
 #: Present when the exporting cache has such rows: side-by-side re-measurements that confirm winners, and
 #: the state of each job group's search (warm-start routes, budget spent), so a machine that pulls a
 #: complete cache plans the same search and finds nothing left to build.
-OPTIONAL_TABLES = ("remeasurements.jsonl", "searches.jsonl")
+OPTIONAL_TABLES = ("remeasurements.jsonl", "searches.jsonl", "profiles.jsonl")
 BLOB_KINDS = ("engine", "outputs", "reference")
 MAX_MANIFEST_BYTES = 16 << 20
 #: A table is parsed into rows in memory: 256 MiB of JSON Lines is far more than any cache needs (a large
@@ -80,6 +81,7 @@ class Bundle:
     references: list[dict[str, str]] = field(default_factory=list)
     remeasurements: list[dict[str, str]] = field(default_factory=list)
     searches: list[dict[str, Any]] = field(default_factory=list)
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # trial id -> layer profile
     blobs: dict[str, Path] = field(default_factory=dict)
     staging: Path | None = None
     where: dict[tuple[str, str], str] = field(default_factory=dict)  # search row -> "member line N"
@@ -94,7 +96,8 @@ def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: 
                  references: list[dict[str, str]] | None = None,
                  blobs: dict[str, tuple[Path, str]] | None = None, kind: str = "export",
                  remeasurements: list[dict[str, str]] | None = None,
-                 searches: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 searches: list[dict[str, Any]] | None = None,
+                 profiles: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write a bundle to ``dest`` (a path, written atomically, or a binary file). ``blobs`` maps a sha256
     to (file, kind); each file is verified against its name first. Returns the manifest."""
     blobs = blobs or {}
@@ -116,6 +119,9 @@ def write_bundle(dest: Path | IO[bytes], trials: list[TrialRecord], signatures: 
     if searches:
         tables["searches.jsonl"] = (_jsonl(sorted(searches, key=lambda r: (r["group_key"], r["strategy_key"]))),
                                     len(searches))
+    if profiles:
+        tables["profiles.jsonl"] = (_jsonl({"trial": t, "profile": profiles[t]} for t in sorted(profiles)),
+                                    len(profiles))
     manifest = {
         "format": FORMAT, "version": VERSION, "kind": kind, "created_at": now(), "host": socket.gethostname(),
         "tool_version": __version__,
@@ -385,3 +391,6 @@ def _parse_tables(bundle: Bundle, tables: dict[str, list[tuple[str, Any]]], wher
         row = parse_search(obj, at)
         bundle.searches.append(row)
         bundle.where[(row["group_key"], row["strategy_key"])] = at
+    for at, obj in tables.get("profiles.jsonl", []):
+        tid, profile = parse_profile(obj, at)
+        bundle.profiles[tid] = profile

@@ -24,6 +24,7 @@ from trt_routes.cache.store import CacheStore, TrialRecord, now
 from trt_routes.files.artifacts import BlobStore
 from trt_routes.project import exclusive as project_exclusive
 from trt_routes.share.bundle import read_bundle, write_bundle
+from trt_routes.share.profiles import install_profiles, profiles_of
 from trt_routes.share.rows import (
     REMEASUREMENT_FIELDS,
     SEARCH_FIELDS,
@@ -54,6 +55,7 @@ class MergeReport:
     references: int = 0
     remeasurements: int = 0
     searches: int = 0
+    profiles: int = 0  # layer profiles of trials written here (trt_routes.share.profiles)
     blobs: int = 0
     skipped: list[str] = field(default_factory=list)
 
@@ -378,7 +380,8 @@ def export_bundle(project: Project, dest: Path, *, engines: bool = False, output
     with project.open_cache() as cache:
         remeasured = remeasurements_of(cache, keep)
         searched = searches_of(cache, keep)
-    write_bundle(dest, keep, signatures, refs, blobs, remeasurements=remeasured, searches=searched)
+    write_bundle(dest, keep, signatures, refs, blobs, remeasurements=remeasured, searches=searched,
+                 profiles=profiles_of(project, (t.id for t in keep)))
     return ExportReport(str(dest), len(keep), len(signatures), len(refs), len(blobs), dest.stat().st_size,
                         skipped)
 
@@ -397,6 +400,8 @@ def import_bundle(project: Project, path: Path, *, prefer_incoming: bool = False
                                remeasurements=bundle.remeasurements, searches=bundle.searches,
                                prefer_incoming=prefer_incoming, where=bundle.where)
                 report.blobs = blobs
+                held = {tid for tid in bundle.profiles if cache.get(tid) is not None}
+            report.profiles = install_profiles(project, bundle.profiles, held)
         finally:
             bundle.discard()
     return report

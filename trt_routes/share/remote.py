@@ -37,6 +37,7 @@ from trt_routes.share.merge import (
     search_row_key,
     searches_of,
 )
+from trt_routes.share.profiles import install_profiles, profiles_of
 from trt_routes.share.rows import BundleError
 from trt_routes.text import SECRET_NAME, URL_USERINFO, has_userinfo, loads_bounded
 
@@ -276,6 +277,8 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
         remeasured = [r for r in remeasurements_of(cache, None) if r["key"] not in pushed_remeasurements]
         pushed_searches = set() if everything else _state(cache, remote.url, "search")
         searched = [r for r in searches_of(cache, None) if search_row_key(r) not in pushed_searches]
+        pushed_profiles = set() if everything else _state(cache, remote.url, "profile")
+        profiled = profiles_of(project, (t.id for t in cache.all_trials() if t.id not in pushed_profiles))
         wanted = {e.engine_sha256 for e in lock.jobs.values()}
         if all_engines:
             wanted |= {t.engine_sha256 for t in keep}
@@ -291,11 +294,11 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
                 remote.put_file(store.path(sha), remote.blob_path(sha))
                 report.engines += 1
             state.append((remote.url, "blob", sha))
-        if keep or remeasured or searched:
+        if keep or remeasured or searched or profiled:
             with tempfile.TemporaryDirectory(dir=project.cache_path.parent) as tmp:
                 local = Path(tmp) / "segment.tar.gz"
                 write_bundle(local, keep, signatures, refs, kind="segment", remeasurements=remeasured,
-                             searches=searched)
+                             searches=searched, profiles=profiled)
                 sha = file_sha256(local)
                 if not remote.exists(remote.segment_path(sha)):
                     remote.put_file(local, remote.segment_path(sha))
@@ -303,6 +306,7 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
             state += [(remote.url, "segment", sha)] + [(remote.url, "trial", t.id) for t in keep]
             state += [(remote.url, "remeasurement", r["key"]) for r in remeasured]
             state += [(remote.url, "search", search_row_key(r)) for r in searched]
+            state += [(remote.url, "profile", tid) for tid in profiled]
         remember(cache, remote, pulled=False)
         if gone:
             with cache.conn:
@@ -380,6 +384,8 @@ def pull(project: Project, url: str, options: dict[str, str] | None = None) -> P
                 merged = merge(cache, bundle.trials, bundle.signatures, bundle.references, state=state,
                                source=label, remeasurements=bundle.remeasurements, searches=bundle.searches,
                                where=bundle.where)
+            held = {tid for tid in bundle.profiles if cache.get(tid) is not None}
+            install_profiles(project, bundle.profiles, held)
             report.segments += 1
             report.added += merged.added
             report.present += merged.present
