@@ -96,3 +96,28 @@ def test_a_profile_over_the_cap_drops_its_smallest_layers_and_says_so() -> None:
     back = LayerProfile.from_json(json.loads(text))
     assert back.dropped > 0 and len(back.layers) + back.dropped == len(layers)
     assert min(layer.ms for layer in back.layers) > max(range(back.dropped))  # the fastest went first
+
+
+def test_apply_profiles_the_finalists_and_explain_reads_them(exported: Path, tmp_path: Path) -> None:
+    """apply takes one profile of the default and of the winner (or the closest challenger when the default was
+    kept), in a worker; explain --layers then reads those, taking none; --no-profile takes none."""
+    import shutil
+
+    from _project import copy_project
+
+    fresh = copy_project(exported, tmp_path / "fresh")
+    for name in ("caches", "engines"):
+        shutil.rmtree(fresh.parent / name, ignore_errors=True)
+    (fresh.parent / "tuning.lock").unlink()
+    folder = open_project(fresh).profiles_dir
+    code, out = cli("apply", "--no-profile", "-m", str(fresh))
+    assert code == 0, out
+    assert not list(folder.glob("*.json"))
+    (fresh.parent / "tuning.lock").unlink()  # decided again (every trial cached): the finalists are profiled
+    code, out = cli("apply", "-m", str(fresh))
+    assert code == 0, out
+    profiles = sorted(p.name for p in folder.glob("*.json"))
+    assert len(profiles) == 2, profiles
+    code, out = cli("explain", "resnet/bs2/cpu", "--layers", "-m", str(fresh))
+    assert code == 0, out
+    assert sorted(p.name for p in folder.glob("*.json")) == profiles

@@ -25,6 +25,7 @@ from trt_routes.jobs import Job, find_job
 from trt_routes.project import Project
 from trt_routes.routes import describe, route_dict
 from trt_routes.selection.rank import DEFAULT_ROUTE
+from trt_routes.tune.profiles import closest_challenger
 
 
 def profile_path(project: Project, trial: TrialRecord) -> Path:
@@ -109,13 +110,11 @@ def compared_route(ex: Explanation) -> tuple[str, str]:
         ex.selection.winner if ex.selection is not None else None)
     if winner not in (None, DEFAULT_ROUTE):
         return str(winner), "the winner"
-    eligible = [v for v in (ex.selection.verdicts if ex.selection else ()) if v.eligible and v.route != DEFAULT_ROUTE
-                and v.median_ms is not None]
-    if not eligible:
+    closest = closest_challenger(ex.selection) if ex.selection is not None else None
+    if closest is None:
         raise UsageError(f"{ex.job.name}: the default route was kept and no other route is eligible: nothing to "
                          "compare layer by layer", "`trt-routes profile JOB` still shows the default's layers")
-    best = min(eligible, key=lambda v: v.median_ms or 0.0)
-    return best.route, "the default route was kept; this is the closest challenger"
+    return closest, "the default route was kept; this is the closest challenger"
 
 
 def layers(project: Project, name: str) -> LayersReport:

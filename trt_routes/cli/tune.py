@@ -186,6 +186,9 @@ def apply(
     remeasure: Annotated[bool, typer.Option(
         "--remeasure", help="Decide the selected jobs again: their side-by-side re-measurements are taken "
         "afresh (a decision made on a busy host).")] = False,
+    profile: Annotated[bool, typer.Option(
+        "--profile/--no-profile", help="Take a layer profile of each locked job's default and winner (backends "
+        "with a profiler), for explain --layers.")] = True,
 ) -> None:
     """Tune what is missing or stale, then materialize engines and write tuning.lock."""
     from trt_routes.plan.saved import load_plan
@@ -197,7 +200,7 @@ def apply(
     options = ApplyOptions.from_flags(only=only, keep_going=keep_going, dry_run=dry_run, workers=workers,
                                       executor=executor, address=address, frozen=frozen,
                                       plan=plan_file is not None, retry_failed=retry_failed,
-                                      remeasure=remeasure)
+                                      remeasure=remeasure, profile=profile)
     if frozen:
         from trt_routes.gitops.frozen import FrozenOptions
 

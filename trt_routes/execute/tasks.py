@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask", "healthy", "reference_task",
-           "warmups"]
+__all__ = ["ProfileTask", "ReferenceTask", "RemeasureTask", "TaskResult", "TrialTask", "WarmupTask", "healthy",
+           "reference_task", "warmups"]
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trt_routes import canonical
@@ -126,3 +127,24 @@ class RemeasureTask:
     # others its challengers; ``order`` is then ignored and each challenger stops once it is decided
     stopping: Stopping | None = None
     statistic: str = "p50"  # what a slot reports: the median of its runs, or a tail quantile (p90, p99)
+
+
+@dataclass(frozen=True)
+class ProfileTask:
+    """One profiled run of an engine already built (``Backend.profile``), on the job's own inputs; never a timed
+    run. The result's ``meta["profile"]`` is the layer profile (``trt_routes.evidence.layers``)."""
+
+    backend: str
+    spec: BuildSpec
+    store_root: str
+    inputs_sha: str
+    engine_sha: str
+
+    def execute(self) -> TaskResult:
+        from trt_routes.backends import registry
+        from trt_routes.files.artifacts import BlobStore
+
+        store = BlobStore(Path(self.store_root))
+        profile = registry.get(self.backend).profile(store.path(self.engine_sha), self.spec,
+                                                     store.get_arrays(self.inputs_sha))
+        return TaskResult(status="ok", meta={"profile": profile.to_json()})

@@ -43,6 +43,7 @@ from trt_routes.tune.outcome import (
     Reporter,
     SilentReporter,
 )
+from trt_routes.tune.profiles import finalists, profile_finalists
 from trt_routes.tune.trials import HostBusy, JobFailed, NotKept, TrialRunner, statistics_ready, to_record
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "EXIT_WORK", "Applier", "ApplyOptions",
@@ -339,6 +340,8 @@ class Applier(TrialRunner):
             t0 = time.perf_counter()
             self.locks.commit(job, outcome.lock_entry, durable=outcome.built > 0)
             self.timings("lock_write", job=job.name, s=time.perf_counter() - t0)
+            if self.options.profile:  # where the winner's gain comes from, for explain --layers and the report
+                profile_finalists(self, job, trials, finalists(job, sel), self.reference(job)[0])
         except JobFailed as exc:
             outcome.error = str(exc)
         outcome.seconds = time.perf_counter() - tuning.started

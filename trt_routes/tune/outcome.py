@@ -54,13 +54,14 @@ class ApplyOptions:
     address: str | None = None  # ray cluster address
     retry_failed: bool = False  # forget the selected jobs' cached crashed/timeout trials first: they run again
     remeasure: bool = False  # decide the selected jobs again, side by side afresh (``tune.retry.forget_decisions``)
+    profile: bool = True  # profile each locked job's default and winner (``tune.profiles``; --no-profile)
 
     # -- which flags of `trt-routes apply` combine: the rule lives here, the CLI only parses --
     @classmethod
     def from_flags(cls, *, only: list[str] | None = None, keep_going: bool = False, dry_run: bool = False,
                    workers: int | None = None, executor: str | None = None, address: str | None = None,
                    frozen: bool = False, plan: bool = False, retry_failed: bool = False,
-                   remeasure: bool = False) -> ApplyOptions:
+                   remeasure: bool = False, profile: bool = True) -> ApplyOptions:
         """The options of one apply call; UsageError for flags that exclude each other. ``frozen``
         (--frozen: rebuild the locked routes, ``trt_routes.gitops.frozen``) and ``plan`` (--plan FILE given:
         execute a saved plan, ``trt_routes.plan.saved``) are checked here and acted on by those modules."""
@@ -81,7 +82,8 @@ class ApplyOptions:
             raise UsageError("--remeasure decides jobs again: it does not combine with --frozen or --plan",
                              "run `trt-routes apply --remeasure [--only JOB]` on its own")
         return cls(only=list(only or []), keep_going=keep_going, dry_run=dry_run, workers=workers,
-                   executor=executor, address=address, retry_failed=retry_failed, remeasure=remeasure)
+                   executor=executor, address=address, retry_failed=retry_failed, remeasure=remeasure,
+                   profile=profile)
 
 
 @dataclass
