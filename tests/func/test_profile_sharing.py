@@ -20,23 +20,25 @@ from trt_routes.share.merge import export_bundle, import_bundle
 from trt_routes.share.remote import pull, push
 
 
-def _profiled(sharing_project: Path, tmp_path: Path) -> tuple[Path, str, dict[str, object]]:
+def _profiled(sharing_project: Path, tmp_path: Path) -> tuple[Path, dict[str, object]]:
+    """Machine A's project with its profiles (apply's finalists, and the default's, taken here if missing):
+    trial id -> profile."""
     a = copy_project(sharing_project, tmp_path / "a")
     project = machine(a)
-    job = project.jobs[0].name
-    profile_job(project, job, "")
-    (stored,) = list(project.profiles_dir.glob("*.json"))
-    return a, stored.stem, json.loads(stored.read_text())
+    profile_job(project, project.jobs[0].name, "")
+    stored = {p.stem: json.loads(p.read_text()) for p in project.profiles_dir.glob("*.json")}
+    assert stored
+    return a, stored
 
 
 def test_export_and_import_carry_a_profile(sharing_project: Path, tmp_path: Path) -> None:
-    a, trial_id, profile = _profiled(sharing_project, tmp_path)
+    a, profiles = _profiled(sharing_project, tmp_path)
     export_bundle(machine(a), tmp_path / "x.tar.gz")
     b = fresh_clone(a, tmp_path / "b")
     report = import_bundle(machine(b), tmp_path / "x.tar.gz")
-    assert report.profiles == 1
-    got = machine(b).profiles_dir / f"{trial_id}.json"
-    assert json.loads(got.read_text()) == profile
+    assert report.profiles == len(profiles)
+    got = {p.stem: json.loads(p.read_text()) for p in machine(b).profiles_dir.glob("*.json")}
+    assert got == profiles
     # read back as the trial's profile, not taken again (that would build the engine B does not have)
     project = machine(b)
     assert profile_job(project, project.jobs[0].name, "")[1].layers
@@ -44,13 +46,13 @@ def test_export_and_import_carry_a_profile(sharing_project: Path, tmp_path: Path
 
 
 def test_push_and_pull_carry_a_profile(sharing_project: Path, tmp_path: Path) -> None:
-    a, trial_id, profile = _profiled(sharing_project, tmp_path)
+    a, profiles = _profiled(sharing_project, tmp_path)
     url = str(tmp_path / "remote")
     push(machine(a), url)
     b = fresh_clone(a, tmp_path / "b")
     got = pull(machine(b), url)
     assert got.rejected == []
-    assert json.loads((machine(b).profiles_dir / f"{trial_id}.json").read_text()) == profile
+    assert {p.stem: json.loads(p.read_text()) for p in machine(b).profiles_dir.glob("*.json")} == profiles
 
 
 @pytest.mark.parametrize("row", [
@@ -61,7 +63,7 @@ def test_push_and_pull_carry_a_profile(sharing_project: Path, tmp_path: Path) ->
     {"trial": "0" * 32},
 ])
 def test_a_bad_profile_row_refuses_the_bundle(sharing_project: Path, tmp_path: Path, row: dict[str, object]) -> None:
-    a, _, _ = _profiled(sharing_project, tmp_path)
+    a, _ = _profiled(sharing_project, tmp_path)
     export_bundle(machine(a), tmp_path / "x.tar.gz")
     with tarfile.open(tmp_path / "x.tar.gz", "r:gz") as tar:
         members = [(m, tar.extractfile(m).read()) for m in tar]  # type: ignore[union-attr]
