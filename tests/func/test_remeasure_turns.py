@@ -14,7 +14,7 @@ from trt_routes.backends.onnxruntime import OnnxRuntimeBackend
 from trt_routes.cache import side_tables
 from trt_routes.project import open_project
 from trt_routes.selection.confirm import TURNS_RELOAD, remeasure_key
-from trt_routes.tune.apply import apply, compute_plan
+from trt_routes.tune.apply import ApplyOptions, apply, compute_plan
 
 QUICK = {"warmup": 2, "iterations": 5, "repeats": 3, "timeout_s": 120}
 
@@ -30,7 +30,7 @@ def test_each_turn_loads_its_engine_and_the_record_says_so(
     manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group="-sleep_ms=[0|8]", mode="full",
                             measurement=QUICK)
     edit_manifest(manifest, lambda d: d["strategies"]["s"].update(confirm={"rounds": 6, "iterations": 5}))
-    result = apply(open_project(manifest))
+    result = apply(open_project(manifest), ApplyOptions(profile=False))  # counts the timing loads alone
     assert result.exit_code == 0, [o.error for o in result.outcomes]
     assert {o.entry["route"] for o in result.outcomes if o.entry} == {"-sleep_ms=0"}  # confirmed over the default
     project = open_project(manifest)

@@ -113,8 +113,11 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, tiny_models: dict[s
     body = re.search(r"<body[^>]*>", proc.stdout)
     assert body is not None, proc.stderr[-2000:]
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(0)))
-    # the page's own script ran after layout and found every plot drawn: 1 summary + 2 per job
-    assert attrs["data-plots"] == "5" and attrs["data-plots-drawn"] == "5" and attrs["data-rendered"] == "ok"
+    # the page's own script ran after layout and found every plot drawn: 1 summary + 2 per job, and a layer chart
+    # per job whose finalists apply profiled
+    plots = str(1 + 2 * len(report.jobs) + sum(1 for j in report.jobs if j.layers))
+    assert sum(1 for j in report.jobs if j.layers) >= 1
+    assert attrs["data-plots"] == plots and attrs["data-plots-drawn"] == plots and attrs["data-rendered"] == "ok"
     assert int(attrs["data-marks"]) >= points + 2 + 2
 
 
@@ -196,5 +199,6 @@ def test_the_layer_chart_draws_inside_its_card(width: int, tmp_path: Path, tiny_
     body = re.search(r"<body[^>]*>", proc.stdout)
     assert body is not None, proc.stderr[-2000:]
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(0)))
-    assert attrs["data-rendered"] == "ok" and attrs["data-plots"] == "6" and attrs["data-plots-drawn"] == "6"
+    plots = str(1 + 2 * len(report.jobs) + sum(1 for j in report.jobs if j.layers))
+    assert attrs["data-rendered"] == "ok" and attrs["data-plots"] == plots and attrs["data-plots-drawn"] == plots
     assert attrs["data-spills"] == "0"
