@@ -537,3 +537,11 @@ def test_json_schema_for_editors() -> None:
     assert schema["additionalProperties"] is False
     assert "Model" in schema["$defs"]
     json.dumps(schema)  # serializable as is
+
+
+def test_a_zero_threshold_is_refused_where_it_is_written(tmp_path: Path) -> None:
+    """No loss is strictly below 0: a zero threshold would fail every route, the default's too."""
+    err = fail(tmp_path, MINIMAL.replace("checks: [{metric: l1, threshold: 0.1}]",
+                                         "checks: [{metric: lInf, threshold: 0}]"))
+    assert_at(err, 6, 40)
+    assert "greater than 0" in err.message

@@ -21,7 +21,8 @@ class Check(Strict):
     """One accuracy gate: ``metric`` loss must stay strictly below ``threshold``."""
 
     metric: Metric
-    threshold: Number = Field(ge=0)
+    # a loss is never strictly below 0: a zero threshold would fail every route, the default's too
+    threshold: Number = Field(gt=0)
     atol: Number | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
     rtol: Number | None = Field(default=None, ge=0, description="l0 only (default 1e-5)")
 
