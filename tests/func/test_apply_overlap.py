@@ -13,10 +13,11 @@ import pytest
 from _paths import TESTS
 from _project import edit_manifest, make_project, routes_and_statuses
 
+from trt_routes.execute.config import execution_config, prepare
+from trt_routes.execute.tasks import RemeasureTask, TrialTask
 from trt_routes.lockfile import Lockfile
 from trt_routes.project import open_project
-from trt_routes.tune.apply import Applier, ApplyOptions, apply
-from trt_routes.tune.confirming import ConfirmationRounds
+from trt_routes.tune.apply import ApplyOptions, ApplyResult, apply
 
 TESTS = TESTS
 #: the stand-in fault backend's -fault=slow sleeps 0.5 s before each round of timed runs: with the default
@@ -28,36 +29,53 @@ QUICK = {"warmup": 1, "iterations": 3, "repeats": 2, "timeout_s": 60, "settle": 
 
 
 
+class SpyExecutor:
+    """The real executor apply would make, wrapped (a fake injected through ``apply(executor_factory=...)``):
+    it records ('submit' | 'result' | 'remeasure' | 'remeasured', job name) for every trial and side-by-side
+    re-measurement, in the order the coordinator submitted them and got them back."""
+
+    def __init__(self, inner: Any, names: dict[tuple[str, str], str], seen: list[tuple[str, str]]) -> None:
+        self.inner, self.names, self.seen = inner, names, seen
+        self.tickets: dict[int, tuple[str, str]] = {}
+
+    def __getattr__(self, name: str) -> Any:  # free_slots, queue_room, run, warm, close: the real executor's
+        return getattr(self.inner, name)
+
+    def __enter__(self) -> SpyExecutor:
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.__exit__(*exc)
+
+    def submit(self, task: Any, timeout: float) -> int:
+        ticket: int = self.inner.submit(task, timeout)
+        kind = {TrialTask: ("submit", "result"), RemeasureTask: ("remeasure", "remeasured")}.get(type(task))
+        if kind is not None:
+            name = self.names[(Path(task.spec.model_path).name, task.spec.shape)]
+            self.seen.append((kind[0], name))
+            self.tickets[ticket] = (kind[1], name)
+        return ticket
+
+    def wait(self) -> tuple[int, Any]:
+        ticket, result = self.inner.wait()
+        if ticket in self.tickets:
+            self.seen.append(self.tickets.pop(ticket))
+        return ticket, result
+
+
 @pytest.fixture
-def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """('submit' | 'result' | 'remeasure' | 'remeasured', job name), in the order the coordinator saw them
-    (spies on the real methods)."""
-    seen: list[tuple[str, str]] = []
-    dispatch, record = Applier.dispatch, Applier.record
-    remeasure_task = ConfirmationRounds.remeasure_task
-    take_remeasurement = ConfirmationRounds.take_remeasurement
+def events() -> list[tuple[str, str]]:
+    return []
 
-    def spy_remeasure_task(self: ConfirmationRounds, job: Any, *args: Any) -> Any:
-        seen.append(("remeasure", job.name))
-        return remeasure_task(self, job, *args)
 
-    def spy_take_remeasurement(self: ConfirmationRounds, tuning: Any, result: Any) -> None:
-        seen.append(("remeasured", tuning.job.name))
-        take_remeasurement(self, tuning, result)
-
-    def spy_dispatch(self: Applier, job: Any, routes: list[str], *args: Any) -> bool:
-        seen.extend(("submit", job.name) for _ in routes)
-        return dispatch(self, job, routes, *args)
-
-    def spy_record(self: Applier, job: Any, route: str, result: Any) -> Any:
-        seen.append(("result", job.name))
-        return record(self, job, route, result)
-
-    monkeypatch.setattr(Applier, "dispatch", spy_dispatch)
-    monkeypatch.setattr(Applier, "record", spy_record)
-    monkeypatch.setattr(ConfirmationRounds, "remeasure_task", spy_remeasure_task)
-    monkeypatch.setattr(ConfirmationRounds, "take_remeasurement", spy_take_remeasurement)
-    return seen
+def spied_apply(manifest: Path, workers: int, events: list[tuple[str, str]], reporter: Any = None) -> ApplyResult:
+    """``apply`` with ``workers`` workers, its executor wrapped in a ``SpyExecutor`` writing to ``events``."""
+    project = open_project(manifest)
+    factory = prepare(project, execution_config(project, workers))
+    names = {(Path(j.model_path).name, j.build_spec({}).shape): j.name for j in project.jobs}
+    return apply(project, ApplyOptions(workers=workers), reporter=reporter,
+                 executor_factory=lambda: SpyExecutor(factory(), names, events))  # type: ignore[arg-type,return-value]
 
 
 def overlapped(events: list[tuple[str, str]]) -> list[str]:
@@ -81,10 +99,10 @@ def test_next_job_starts_beside_the_last_trials_and_tunes_the_same(
     edit_manifest(one, no_confirmation)
     two = make_project(tmp_path / "two", tiny_models, **kw)
     edit_manifest(two, no_confirmation)
-    r1 = apply(open_project(one), ApplyOptions(workers=1))
+    r1 = spied_apply(one, 1, events)
     assert r1.exit_code == 0 and overlapped(events) == []  # one worker: one job after another
     events.clear()
-    r2 = apply(open_project(two), ApplyOptions(workers=2))
+    r2 = spied_apply(two, 2, events)
     assert r2.exit_code == 0
     jobs = [o.job.name for o in r2.outcomes]
     assert jobs == [o.job.name for o in r1.outcomes] == ["cnn/bs1/cpu", "cnn/bs4/cpu", "tb/s16/cpu"]
@@ -114,16 +132,6 @@ def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
     (gates / "cnn.waitfor").write_text("tb.started")
     (gates / "tb.waitfor").write_text("cnn.failed")
     monkeypatch.setenv("TRT_ROUTES_FAULT_GATES", str(gates))
-    finish = Applier.finish
-
-    def spy_finish(self: Applier, tuning: Any) -> Any:
-        outcome = finish(self, tuning)
-        if tuning.job.name == "cnn/bs1/cpu" and outcome.error:
-            (gates / "cnn.failed").touch()  # tb's build, waiting in its worker, goes on
-        return outcome
-
-    monkeypatch.setattr(Applier, "finish", spy_finish)
-
     manifest = make_project(tmp_path / "p", tiny_models, backend="faulty", group=GROUP,
                             mode="full", both_models=True, measurement=QUICK)
     x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
@@ -138,11 +146,15 @@ def test_a_failure_stops_the_job_that_overlapped_it_without_locking_it(
     edit_manifest(manifest, wrong_reference)
     messages: list[str] = []
 
-    class Messages:
+    class Messages:  # a reporter: apply tells it each job's outcome as the job finishes, before going on
         def __getattr__(self, name: str) -> Any:
             return messages.append if name == "message" else (lambda *a: None)
 
-    result = apply(open_project(manifest), ApplyOptions(workers=2), reporter=Messages())  # type: ignore[arg-type]
+        def job_done(self, outcome: Any) -> None:
+            if outcome.job.name == "cnn/bs1/cpu" and outcome.error:
+                (gates / "cnn.failed").touch()  # tb's build, waiting in its worker, goes on
+
+    result = spied_apply(manifest, 2, events, reporter=Messages())
     assert result.exit_code == 4 and result.stopped_early
     assert [(o.job.name, bool(o.error)) for o in result.outcomes] == [("cnn/bs1/cpu", True)]
     assert overlapped(events) == ["tb/s16/cpu"]
@@ -169,7 +181,7 @@ def test_other_jobs_trials_go_on_while_a_job_confirms_its_winner(
                             both_models=True, measurement=QUICK)
     # each re-measurement takes a few seconds: 10 rounds of at least 100 ms per route
     edit_manifest(manifest, lambda d: d["strategies"]["s"].update(confirm={"rounds": 10, "slot_ms": 100}))
-    result = apply(open_project(manifest), ApplyOptions(workers=2))
+    result = spied_apply(manifest, 2, events)
     assert result.exit_code == 0
     assert all(o.selection is not None and o.selection.confirmation for o in result.outcomes)
     assert {o.entry["route"] for o in result.outcomes if o.entry} == {"-sleep_ms=0"}  # confirmed over the default

@@ -19,7 +19,8 @@ from trt_routes.execute.local import LocalExecutor
 from trt_routes.files.artifacts import BlobStore
 from trt_routes.files.model_files import read_model_files
 from trt_routes.project import open_project
-from trt_routes.tune.apply import Applier, ApplyOptions, SilentReporter
+from trt_routes.tune.apply import SilentReporter
+from trt_routes.tune.trials import TrialRunner
 
 SMALL = {"warmup": 2, "iterations": 3, "repeats": 3, "timeout_s": 120, "settle": False}
 
@@ -119,9 +120,9 @@ def test_a_shipped_trial_takes_the_external_data_with_it(tmp_path: Path, node_di
     project = open_project(manifest(root, {"mlp": {"path": "models/mlp.onnx", "shapes": {"b2": {"x": [2, 16]}}}}))
     job = project.jobs[0]
     with project.open_cache() as cache, LocalExecutor() as executor:
-        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
-        ref = applier.reference(job)
-        task = applier.trial_task(job, "-graph_optimization_level=all", ref)
+        runner = TrialRunner(project, cache, SilentReporter(), executor)
+        ref = runner.reference(job)
+        task = runner.trial_task(job, "-graph_optimization_level=all", ref)
     shipment, blobs = remote.ship(task)
     assert [rel for rel, _ in shipment.side_files] == ["w/mlp.data"]
     assert len(blobs) == 2 + len(ref)

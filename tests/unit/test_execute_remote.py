@@ -18,7 +18,8 @@ from trt_routes.files.artifacts import BlobStore
 from trt_routes.jobs import Job
 from trt_routes.project import open_project
 from trt_routes.routes import route_dict
-from trt_routes.tune.apply import Applier, ApplyOptions, SilentReporter
+from trt_routes.tune.apply import SilentReporter
+from trt_routes.tune.trials import TrialRunner
 
 
 @pytest.fixture
@@ -30,19 +31,18 @@ def node_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def coordinator(tmp_path: Path, tiny_models: dict[str, Path]) -> Iterator[tuple[Job, Applier]]:
-    """The coordinator's side: the first job of a fresh project and an Applier over a local worker."""
+def coordinator(tmp_path: Path, tiny_models: dict[str, Path]) -> Iterator[tuple[Job, TrialRunner]]:
+    """The coordinator's side: the first job of a fresh project and the trial runner apply holds (local worker)."""
     project = open_project(make_project(tmp_path / "p", tiny_models))
     with project.open_cache() as cache, LocalExecutor() as executor:
-        yield project.jobs[0], Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(),
-                                       executor)
+        yield project.jobs[0], TrialRunner(project, cache, SilentReporter(), executor)
 
 
 def test_a_shipped_trial_runs_on_a_node_that_shares_no_files(
         node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
-    with coordinator(tmp_path, tiny_models) as (job, applier):
-        ref = applier.reference(job)
-        task = applier.trial_task(job, "-graph_optimization_level=basic", ref)
+    with coordinator(tmp_path, tiny_models) as (job, runner):
+        ref = runner.reference(job)
+        task = runner.trial_task(job, "-graph_optimization_level=basic", ref)
     shipment, blobs = remote.ship(task)
     assert [sha for sha, _ in blobs] == [shipment.model_sha, *ref]
     payload = [path.read_bytes() for _, path in blobs]
@@ -61,8 +61,8 @@ def test_a_shipped_trial_runs_on_a_node_that_shares_no_files(
 
 def test_a_node_that_does_not_match_the_signature_refuses_the_trial(
         node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
-    with coordinator(tmp_path, tiny_models) as (job, applier):
-        task = applier.trial_task(job, "", applier.reference(job))
+    with coordinator(tmp_path, tiny_models) as (job, runner):
+        task = runner.trial_task(job, "", runner.reference(job))
     shipment, blobs = remote.ship(task)
     expect = {**job.target_data["device"], "cpu_model": "Some Other CPU"}
     with pytest.raises(remote.HardwareMismatch, match=r"cpu_model .* \(wanted Some Other CPU\)"):
@@ -87,11 +87,11 @@ def test_every_stored_blob_a_task_names_is_shipped(tmp_path: Path) -> None:
 def test_a_shipped_side_by_side_remeasurement_runs_on_the_node(
         node_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     routes = ["", "-graph_optimization_level=basic"]
-    with coordinator(tmp_path, tiny_models) as (job, applier):
-        ref = applier.reference(job)
-        engines = tuple((r, job.build_spec(route_dict(r)), applier.run_trial(job, r, ref).engine_sha256)
+    with coordinator(tmp_path, tiny_models) as (job, runner):
+        ref = runner.reference(job)
+        engines = tuple((r, job.build_spec(route_dict(r)), runner.run_trial(job, r, ref).engine_sha256)
                         for r in routes)
-    task = RemeasureTask(backend=job.backend, spec=engines[0][1], store_root=str(applier.store.root),
+    task = RemeasureTask(backend=job.backend, spec=engines[0][1], store_root=str(runner.store.root),
                          inputs_sha=ref[0], engines=engines, order=("", routes[1], "", routes[1]), iterations=3)
     shipment, blobs = remote.ship(task)
     assert [sha for sha, _ in blobs] == [shipment.model_sha, ref[0], *(sha for _, _, sha in engines)]
@@ -174,8 +174,8 @@ def test_an_external_data_model_travels_with_its_data_to_a_node(node_dir: Path, 
     project = open_project(path)
     with project.open_cache() as cache, LocalExecutor() as executor:
         job = project.jobs[0]
-        applier = Applier(project, cache, project.read_lock(), SilentReporter(), ApplyOptions(), executor)
-        task = applier.trial_task(job, "-graph_optimization_level=basic", applier.reference(job))
+        runner = TrialRunner(project, cache, SilentReporter(), executor)
+        task = runner.trial_task(job, "-graph_optimization_level=basic", runner.reference(job))
     shipment, blobs = remote.ship(task)
     assert [rel for rel, _ in shipment.side_files] == ["weights/mlp.onnx.data"]
     payload = [p.read_bytes() for _, p in blobs]

@@ -88,18 +88,22 @@ def _settle(project: Project, cache: CacheStore, plan: Plan, ran: list[JobPlan])
         settle(cache, [*plan.jobs, *done])
 
 
-class Applier(TrialRunner):
+class Applier:
     """Runs one apply over a project with one executor and one open cache: schedules its jobs'
-    trials, reference runs and side-by-side re-measurements (``tune_jobs``), then locks each job."""
+    trials, reference runs and side-by-side re-measurements (``tune_jobs``), then locks each job.
+
+    It holds its collaborators: the trial runner (references, trials, the one place a result becomes a cache
+    row), the confirmation rounds and the lock writer; per-job state is each job's ``JobRun``."""
 
     def __init__(self, project: Project, cache: CacheStore, lock: Lockfile, reporter: Reporter,
                  options: ApplyOptions, executor: Executor) -> None:
-        super().__init__(project, cache, reporter, executor)
+        self.runner = TrialRunner(project, cache, reporter, executor)
+        self.cache, self.reporter, self.executor = cache, reporter, executor
         self.lock = lock
         self.options = options
         self.locks = LockWriter(project, cache, lock)
         self.timings = Timings()
-        self.rounds = ConfirmationRounds(self, lock)
+        self.rounds = ConfirmationRounds(self.runner, lock)
 
     # -- tuning several jobs at once ----------------------------------------------------------------
     def tune_jobs(self, jps: list[JobPlan], keep_going: bool) -> Iterator[JobOutcome]:
@@ -192,7 +196,7 @@ class Applier(TrialRunner):
             self.timings("trial", job=tuning.job.name, route=route, build_s=result.build_s,
                          measure_s=result.measure_s)
             try:
-                tuning.trials[route] = self.record(tuning.job, route, result)
+                tuning.trials[route] = self.runner.record(tuning.job, route, result)
             except (HostBusy, NotKept) as exc:  # measurement.busy: refuse; the model changed under apply
                 tuning.error, tuning.halt = str(exc), Halt.FAILED
                 continue
@@ -214,11 +218,11 @@ class Applier(TrialRunner):
         assert job.expression is not None and job.catalog is not None
         tuning.search = self.job_search(job, tuning.trials)
         self.reporter.job_start(job, len(jp.to_build))
-        tuning.ref = self.known_reference(job)
+        tuning.ref = self.runner.known_reference(job)
         if tuning.ref is None:
             tuning.phase = Phase.REFERENCE
             if not any(t.job.reference_key == job.reference_key and t.phase is Phase.REFERENCE for t in active):
-                tuning.ref_ticket = self.executor.submit(self.reference_task(job), job.measurement.timeout_s)
+                tuning.ref_ticket = self.executor.submit(self.runner.reference_task(job), job.measurement.timeout_s)
                 tuning.ref_submitted = time.perf_counter()
         statistics_ready()  # while the reference runs (or the worker starts), before any trial is timed
         return tuning
@@ -227,7 +231,7 @@ class Applier(TrialRunner):
         """A reference run came back: it serves every running job with the same reference."""
         tuning.ref_ticket = None
         try:
-            ref: tuple[str, str] | None = self.reference_done(tuning.job, result)
+            ref: tuple[str, str] | None = self.runner.reference_done(tuning.job, result)
             error = None
         except JobFailed as exc:
             ref, error = None, str(exc)
@@ -253,7 +257,7 @@ class Applier(TrialRunner):
         job, trials, in_flight = tuning.job, tuning.trials, tuning.in_flight
         batch = tuning.batch
         if tuning.fresh:
-            batch = tuning.search.next_batch(outcomes(trials, job.tolerance, self.lookup))
+            batch = tuning.search.next_batch(outcomes(trials, job.tolerance, self.runner.lookup))
             if DEFAULT_ROUTE not in trials and DEFAULT_ROUTE not in batch:
                 batch = [DEFAULT_ROUTE, *batch]
             tuning.fresh = False
@@ -281,7 +285,7 @@ class Applier(TrialRunner):
         if not isinstance(search, JobSearch) or search.max_seconds is None:
             return lambda route: True
         unit_trials = {r: tuning.trials[r] for r in search.unit_routes() if r in tuning.trials}
-        unit = search.unit_s(outcomes(unit_trials, tuning.job.tolerance, self.lookup))
+        unit = search.unit_s(outcomes(unit_trials, tuning.job.tolerance, self.runner.lookup))
         return lambda route: search.fits(route, unit)
 
     def dispatch(self, job: Job, routes: list[str], ref: tuple[str, str], in_flight: dict[int, str],
@@ -294,7 +298,7 @@ class Applier(TrialRunner):
             always = route == DEFAULT_ROUTE or route in job.baseline_routes
             if not always and ((budget is not None and built + len(in_flight) >= budget) or not fits(route)):
                 return False
-            ticket = self.executor.submit(self.trial_task(job, route, ref), job.measurement.timeout_s)
+            ticket = self.executor.submit(self.runner.trial_task(job, route, ref), job.measurement.timeout_s)
             in_flight[ticket] = route
         return True
 
@@ -304,11 +308,11 @@ class Applier(TrialRunner):
         jp, trials, search, job = tuning.jp, tuning.trials, tuning.search, tuning.job
         if search is not None:
             self.search_done(job, search, trials)
-            cands = search.verdict_routes(outcomes(trials, job.tolerance, self.lookup))
+            cands = search.verdict_routes(outcomes(trials, job.tolerance, self.runner.lookup))
             tuning.cands = [r for r in dict.fromkeys(cands) if r in trials]
         else:
             tuning.cands = list(jp.candidates)
-        tuning.raw = select_for_job(job, trials, tuning.cands, self.lookup)
+        tuning.raw = select_for_job(job, trials, tuning.cands, self.runner.lookup)
         tuning.phase = Phase.CONFIRM
         self.rounds.next_confirmation_round(tuning)
 
@@ -331,7 +335,7 @@ class Applier(TrialRunner):
             winner = trials[sel.winner]
             if not self.rounds.have_engine(winner.engine_sha256):
                 self.reporter.rebuild(job, sel.winner)
-                winner = self.run_trial(job, sel.winner, self.reference(job))
+                winner = self.runner.run_trial(job, sel.winner, self.runner.reference(job))
                 trials[sel.winner] = winner
                 outcome.built += 1
                 if winner.status != "ok":
@@ -341,7 +345,7 @@ class Applier(TrialRunner):
             self.locks.commit(job, outcome.lock_entry, durable=outcome.built > 0)
             self.timings("lock_write", job=job.name, s=time.perf_counter() - t0)
             if self.options.profile:  # where the winner's gain comes from, for explain --layers and the report
-                profile_finalists(self, job, trials, finalists(job, sel), self.reference(job)[0])
+                profile_finalists(self.runner, job, trials, finalists(job, sel), self.runner.reference(job)[0])
         except JobFailed as exc:
             outcome.error = str(exc)
         outcome.seconds = time.perf_counter() - tuning.started
@@ -354,7 +358,7 @@ class Applier(TrialRunner):
 
     def search_done(self, job: Job, search: Search, trials: dict[str, TrialRecord]) -> None:
         if isinstance(search, JobSearch):
-            finish_search(self.cache, job, search, outcomes(trials, job.tolerance, self.lookup))
+            finish_search(self.cache, job, search, outcomes(trials, job.tolerance, self.runner.lookup))
 
 
 def warmup_tasks(plan: Plan) -> list[WarmupTask]:
