@@ -34,7 +34,7 @@ def _median_ms(runner: Any, feeds: Any, iters: int) -> float:
 
 def job_rows(project_dir: Path, rounds: int, iters: int) -> list[dict[str, Any]]:
     from trt_routes.backends.registry import get as backend_named
-    from trt_routes.execute.worker import make_inputs
+    from trt_routes.evidence.inputs import make_inputs
     from trt_routes.project import open_project
     from trt_routes.routes import route_dict
 
@@ -81,7 +81,7 @@ def torch_modes(project_dir: Path, rows: list[dict[str, Any]], modes: list[str],
     sys.path.insert(0, str(project_dir))
     import make_models  # the recipe's exporter: the same modules, seeds and batch sizes
 
-    from trt_routes.execute.worker import make_inputs
+    from trt_routes.evidence.inputs import make_inputs
     from trt_routes.project import open_project
 
     jobs = {j.name: j for j in open_project(project_dir / "tuning.yaml").jobs}

@@ -135,3 +135,44 @@ def test_explain_without_trials_points_at_older_groups(project: Project) -> None
     result = CliRunner().invoke(app, ["explain", JOB, "-m", str(project.loaded.path)])
     assert result.exit_code == 0 and "1 older group(s) of trials exist" in result.output
     assert "stale: cpu_count 64 ->" in result.output
+
+
+def test_explain_renders_the_decision_apply_stored_and_says_when_the_trials_changed_since(
+        tuned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decisions are values (issue 34.3): apply stores each job's decision; explain renders it without deriving
+    one from the trials (the derivation is made to fail here), until the trials change: then it shows what they
+    select now and says so. A cache without a stored decision (pulled trials, an older cache) is derived."""
+    import shutil
+
+    from trt_routes.plan import decision as decisions
+
+    shutil.copytree(tuned.parent, tmp_path / "p")
+    project = open_project(tmp_path / "p" / "tuning.yaml")
+    job = the_job(project)
+    lock = Lockfile.read(tmp_path / "p" / "tuning.lock").jobs[job.name]
+
+    def no_derivation(*args: object) -> None:
+        raise AssertionError("explain derived a decision apply had stored")
+
+    with monkeypatch.context() as m:
+        m.setattr(decisions, "derive", no_derivation)
+        ex = explain(project, job.name)
+    assert ex.decided["by"] == "apply" and ex.decided["at"]
+    assert ex.selection is not None and ex.selection.winner == lock.route
+    assert ex.to_json()["decided"] == ex.decided and not any(line.startswith("Note:") for line in ex.decision)
+    stored = ex.selection
+
+    assert job.signature is not None  # a route measured again since (a teammate's push, --retry-failed)
+    loser = next(v.route for v in stored.verdicts if v.route not in ("", stored.winner))
+    put(project, record(job, loser, center=1e6, created_at="2026-12-04T00:00:00Z"), fields=job.signature.fields)
+    ex = explain(project, job.name)
+    assert ex.decided["by"] == "trials" and "changed since apply decided" in ex.decided["note"]
+    assert any("changed since apply decided" in line for line in ex.decision)
+    assert ex.selection is not None and ex.selection.winner == stored.winner  # a slower loser changes no winner
+    assert ex.selection.verdict(loser) != stored.verdict(loser)
+
+    with project.open_cache() as cache, cache.conn:  # none stored (a cache from before decision records)
+        cache.conn.execute("DELETE FROM decision_records")
+    ex = explain(project, job.name)
+    assert ex.decided == {"by": "trials", "at": None} and ex.selection is not None
+    assert ex.selection.winner == stored.winner

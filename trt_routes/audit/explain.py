@@ -15,11 +15,10 @@ from trt_routes.evidence.facts import Front, batch_of
 from trt_routes.evidence.noise import busy_summary
 from trt_routes.jobs import Job, find_job
 from trt_routes.lockfile import LockEntry, Lockfile
-from trt_routes.plan.diff import outcomes, stale_reasons
+from trt_routes.plan import decision as decisions
+from trt_routes.plan.diff import stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import describe
-from trt_routes.search.job import avoid_sentence, job_search, search_note, warm_sources
-from trt_routes.selection.final import confirmation_lines, final_selection
 from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, front_lines, pareto_front, trial_facts
 
@@ -89,6 +88,9 @@ class Explanation:
     #: the Pareto front of the eligible routes over the objective's facts (``selection.rank.pareto_front``)
     front: Front | None = None
     front_lines: list[str] = field(default_factory=list)  # the front in words (also in ``decision``)
+    #: whose decision this is: ``{"by": "apply", "at": ...}`` (stored when apply locked the job) or
+    #: ``{"by": "trials", "at": None}`` (derived now: none stored for these trials; ``note`` says why)
+    decided: dict[str, Any] = field(default_factory=dict)
 
     def verdict(self, route: str) -> str:
         v = self.selection.verdict(route) if self.selection else None
@@ -122,6 +124,7 @@ class Explanation:
             "provenance": self.provenance,
             "lock": self.lock.to_data() if self.lock is not None else None,
             "history": self.decisions,
+            "decided": self.decided,
             "trials_under_other_signatures": self.other_groups,
             "older_groups": self.older,
             "objective": ({"name": self.job.objective_name, **self.job.objective.model_dump(mode="json")}
@@ -139,37 +142,35 @@ def explain(project: Project, name: str) -> Explanation:
 
 
 def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -> Explanation:
-    """The explanation of one job against an open cache and a read lockfile (no writes)."""
+    """The explanation of one job against an open cache and a read lockfile (no writes): the decision apply
+    stored for these trials (``trt_routes.plan.decision``), else the one they give now, said so."""
     entry = lock.jobs.get(job.name)
     trials = cache.group(job.group_key) if not job.blocked else {}
-    sel, budget_note, search = None, None, None
-    if trials and job.expression is not None and job.catalog is not None:
-        lookup = LossLookupFromBlobs(cache, project.store)
-        search = job_search(job, cache, trials)
-        known = outcomes(trials, job.tolerance, lookup)
-        cands = search.verdict_routes(known)
-        sel, pending = final_selection(job, trials, cands, cache, entry, lookup)
-        budget_note = search_note(search, known)
+    made = decisions.stored(cache, job)
+    fresh = made is not None and made.group_key == job.group_key and made.trials == decisions.inputs_digest(job, trials)
+    decided = {"by": "apply", "at": made.at} if fresh and made is not None else {"by": "trials", "at": None}
+    if not fresh and trials:
+        if made is not None and made.group_key == job.group_key:
+            decided["note"] = (f"the job's trials or how it chooses (tolerance, objective, baseline, confirmation) "
+                               f"changed since apply decided ({made.at}): this is what they select now")
+        made = decisions.derive(job, cache, trials, entry, LossLookupFromBlobs(cache, project.store))
+    sel = made.selection if made is not None and trials else None
     others = [t for t in cache.trials_for_job(job.name) if t.group_key != job.group_key]
     ordered = sorted(trials.values(), key=lambda t: (t.median_ms is None, t.median_ms or 0, t.route))
     ex = Explanation(job=job, selection=sel, trials=ordered, lock=entry, decisions=cache.decisions(job.name),
                      signature=job.signature.fields if job.signature else None,
-                     other_groups=len({t.group_key for t in others}))
-    if sel is not None:
+                     other_groups=len({t.group_key for t in others}), decided=decided)
+    if sel is not None and made is not None:
         ex.margin, ex.decision = _decision(job, sel, trials, entry)
-        ex.decision += confirmation_lines(sel, pending)
+        ex.decision += made.confirmation
         ex.front = pareto_front(sel, job.objective)
         ex.front_lines = front_lines(sel, job.objective)
         ex.decision += ex.front_lines
         if (busy := busy_summary((t.meta for t in trials.values()), job.measurement.busy)) is not None:
             ex.decision.append(f"Busy host: {busy}.")
-        if budget_note:
-            ex.decision.append(f"The {budget_note}.")
-        if search is not None and search.warm:
-            ex.decision.append("Warm start (priors): the search began with related jobs' winners: "
-                               + "; ".join(warm_sources(cache, job, search.warm)) + ".")
-        if search is not None and (avoided := avoid_sentence(search.avoid)):
-            ex.decision.append(f"Priors: {avoided}.")
+        ex.decision += made.search
+        if "note" in decided:
+            ex.decision.append(f"Note: {decided['note']}.")
     ex.provenance = _provenance(job, trials, sel)
     ex.older = _older_groups(job, others, cache)
     return ex

@@ -19,9 +19,11 @@ from trt_routes.audit.explain import Explanation, explain
 from trt_routes.backends import registry
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import UsageError
+from trt_routes.evidence.inputs import make_inputs
 from trt_routes.evidence.layers import LayerDiff, LayerProfile, compare, sums_check
 from trt_routes.files.artifacts import atomic_write_text
 from trt_routes.jobs import Job, find_job
+from trt_routes.manifest.schema import ReferenceFiles
 from trt_routes.project import Project
 from trt_routes.routes import describe, route_dict
 from trt_routes.selection.rank import DEFAULT_ROUTE
@@ -48,9 +50,7 @@ def trial_profile(project: Project, job: Job, trial: TrialRecord, *, fresh: bool
         return stored
     backend = registry.require(job.backend)
     spec = job.build_spec(route_dict(trial.route))
-    from trt_routes.execute.worker import make_inputs
-
-    feeds = make_inputs({n: {**spec} for n, spec in job.inputs.items()}, 0)
+    feeds = reference_inputs(project, job)
     if trial.engine_sha256 and project.store.has(trial.engine_sha256):
         profile = backend.profile(project.store.path(trial.engine_sha256), spec, feeds)
     else:
@@ -58,6 +58,18 @@ def trial_profile(project: Project, job: Job, trial: TrialRecord, *, fresh: bool
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, profile.dumps())
     return profile
+
+
+def reference_inputs(project: Project, job: Job) -> dict[str, Any]:
+    """The inputs apply's profiles ran on: the job's reference inputs in the blob store, else (a cache pulled
+    without them) the same inputs generated again from the job's seed, as its reference run generates them."""
+    with project.read_cache() as cache:
+        ref = cache.reference(job.reference_key)
+    if ref is not None and project.store.has(ref[0]):
+        return project.store.get_arrays(ref[0])
+    if isinstance(job.reference, ReferenceFiles):
+        return project.store.get_arrays(project.store.put_file(project.loaded.resolve(job.reference.inputs)))
+    return make_inputs(job.inputs, job.measurement.seed)
 
 
 def _rebuilt_profile(project: Project, backend: Any, spec: Any, feeds: Any, trial: TrialRecord) -> LayerProfile:

@@ -113,8 +113,9 @@ def _v3(conn: sqlite3.Connection) -> None:
 
 #: The tables whose rows carry a job group: a change to any of them may change that group's plan.
 GROUP_TABLES = ("trials", "remeasurements", "searches")
-#: Tables derived from the others (``plan.settled``): never copied between caches, never salvaged.
-DERIVED_TABLES = ("group_state", "settled")
+#: Tables derived from the others (``plan.settled``, ``plan.decision``): never copied between caches, never
+#: salvaged (a decision record lost is derived again from the trials, and explain says so).
+DERIVED_TABLES = ("group_state", "settled", "decision_records")
 
 
 def _v4(conn: sqlite3.Connection) -> None:
@@ -134,7 +135,14 @@ def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX settled_job ON settled (job)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
+def _v5(conn: sqlite3.Connection) -> None:
+    """Decisions as values (``trt_routes.plan.decision``): per job, the decision apply last made (its selection,
+    confirmation and search notes as JSON), the job group it was made for and a digest of the trials it saw."""
+    conn.execute("CREATE TABLE decision_records (job TEXT PRIMARY KEY, group_key TEXT NOT NULL, "
+                 "trials TEXT NOT NULL, record TEXT NOT NULL, at TEXT NOT NULL)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

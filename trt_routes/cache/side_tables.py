@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,3 +88,20 @@ def current_winners(cache: CacheStore) -> dict[str, str]:
         "SELECT d.job, d.route FROM decisions d JOIN (SELECT job, max(id) AS id FROM decisions GROUP BY job) m "
         "ON d.id = m.id WHERE d.route IS NOT NULL")
     return {job: route for job, route in rows}
+
+
+def put_decision_record(cache: CacheStore, job: str, group_key: str, trials: str, record: str) -> None:
+    """Keep ``record`` as the decision apply last made for ``job`` (``trt_routes.plan.decision``)."""
+    with cache.conn:
+        cache.conn.execute("INSERT OR REPLACE INTO decision_records (job, group_key, trials, record, at) "
+                           "VALUES (?, ?, ?, ?, ?)", [job, group_key, trials, record, now()])
+
+
+def decision_record(cache: CacheStore, job: str) -> dict[str, Any] | None:
+    """The decision record apply last stored for ``job``: ``group_key``, ``trials``, ``record``, ``at``; None
+    when there is none, or the cache predates them (opened read-only, not migrated)."""
+    try:
+        rows = list(cache.query("SELECT * FROM decision_records WHERE job = ?", [job]))
+    except sqlite3.OperationalError:
+        return None
+    return dict(rows[0]) if rows else None

@@ -37,6 +37,7 @@ from trt_routes.backends.meters import EnergyMeter, MemoryMeter
 from trt_routes.backends.native_log import captured_fd2
 from trt_routes.errors import StorageError, storage_error
 from trt_routes.evidence import facts, measure
+from trt_routes.evidence.inputs import DTYPES, STDERR_HEADER, make_inputs
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import (
@@ -48,27 +49,6 @@ from trt_routes.execute.tasks import (
     healthy,
 )
 from trt_routes.files.artifacts import BlobStore
-
-_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32,
-           "bool": np.bool_}
-
-
-def make_inputs(inputs: dict[str, dict[str, object]], seed: int) -> dict[str, np.ndarray]:
-    """Deterministic inputs: seeded uniform values in [low, high) of each input's dtype."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for name in sorted(inputs):
-        spec = inputs[name]
-        shape = [int(d) for d in spec["shape"]]  # type: ignore[attr-defined]
-        dtype = _DTYPES[str(spec.get("dtype", "float32"))]
-        low, high = float(spec.get("low", -1.0)), float(spec.get("high", 1.0))  # type: ignore[arg-type]
-        if np.issubdtype(dtype, np.integer):
-            feeds[name] = rng.integers(int(low), max(int(high), int(low) + 1), size=shape).astype(dtype)
-        elif dtype is np.bool_:
-            feeds[name] = rng.random(size=shape) < 0.5
-        else:
-            feeds[name] = rng.uniform(low, high, size=shape).astype(dtype)
-    return feeds
 
 
 class InfrastructureFailure(Exception):
@@ -227,7 +207,7 @@ def point_inputs(task: TrialTask, feeds: dict[str, np.ndarray], point: str) -> d
     for name, dims in task.spec.profile.items():
         given = dict(task.spec.inputs.get(name) or {})
         opt = feeds.get(name)
-        if opt is not None and str(opt.dtype) != str(given.get("dtype", "float32")) and str(opt.dtype) in _DTYPES:
+        if opt is not None and str(opt.dtype) != str(given.get("dtype", "float32")) and str(opt.dtype) in DTYPES:
             finite = opt[np.isfinite(opt)] if np.issubdtype(opt.dtype, np.floating) else opt
             lo = float(finite.min()) if finite.size else 0.0
             hi = float(finite.max()) if finite.size else 1.0
@@ -366,7 +346,6 @@ def serve(conn: Connection, parent: int | None = None) -> None:
 
 
 #: The line that starts what a task's native code wrote to file descriptor 2, at the end of its log.
-STDERR_HEADER = "--- backend stderr ---"
 def _run(task: object) -> TaskResult:
     with captured_fd2() as captured:
         result = _dispatch(task)

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.catalog import Catalog
+from trt_routes.evidence.inputs import STDERR_HEADER
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.plan.diff import Plan
@@ -51,8 +52,6 @@ def shorten(text: str, width: int = 120) -> str:
 
 def backend_stderr(log: str) -> list[str]:
     """The lines the worker captured from the backend's stderr at the end of a trial's log (if any)."""
-    from trt_routes.execute.worker import STDERR_HEADER
-
     _, found, text = log.rpartition(STDERR_HEADER)
     return [line for line in text.splitlines() if line.strip()] if found else []
 

@@ -21,13 +21,15 @@ from trt_routes.execute.tasks import TaskResult, WarmupTask, warmups
 from trt_routes.files import memo
 from trt_routes.jobs import Job
 from trt_routes.lockfile import LockEntry, Lockfile
+from trt_routes.plan import decision as decisions
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.search import Search
 from trt_routes.search.job import JobSearch, finish_search, job_search
+from trt_routes.selection.confirm import Request
 from trt_routes.selection.final import final_selection, select_for_job
-from trt_routes.selection.rank import DEFAULT_ROUTE
+from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
 from trt_routes.tune.confirming import ConfirmationRounds
 from trt_routes.tune.job_run import Halt, JobRun, Phase
 from trt_routes.tune.locking import LockWriter
@@ -327,8 +329,8 @@ class Applier:
             assert tuning.raw is not None
             outcome.reused = sum(1 for r in cands if r in trials) - tuning.built
             outcome.failed = sum(1 for r in cands if r in trials and trials[r].status != "ok")
-            sel = tuning.raw if tuning.confirm_failed else final_selection(
-                job, trials, [], self.cache, self.lock.jobs.get(job.name), raw=tuning.raw)[0]
+            sel, pending = (tuning.raw, []) if tuning.confirm_failed else final_selection(
+                job, trials, [], self.cache, self.lock.jobs.get(job.name), raw=tuning.raw)
             outcome.selection = sel
             if sel.winner is None:
                 raise JobFailed(sel.summary)
@@ -344,12 +346,21 @@ class Applier:
             t0 = time.perf_counter()
             self.locks.commit(job, outcome.lock_entry, durable=outcome.built > 0)
             self.timings("lock_write", job=job.name, s=time.perf_counter() - t0)
+            self.store_decision(tuning, sel, pending)
             if self.options.profile:  # where the winner's gain comes from, for explain --layers and the report
                 profile_finalists(self.runner, job, trials, finalists(job, sel), self.runner.reference(job)[0])
         except JobFailed as exc:
             outcome.error = str(exc)
         outcome.seconds = time.perf_counter() - tuning.started
         return outcome
+
+    def store_decision(self, tuning: JobRun, sel: Selection, pending: list[Request]) -> None:
+        """Keep the decision as a value (``trt_routes.plan.decision``): explain renders it."""
+        job, trials, search = tuning.job, tuning.trials, tuning.search
+        if search is None and job.expression is not None and job.catalog is not None:  # a reselection
+            search = job_search(job, self.cache, trials)
+        known = outcomes(trials, job.tolerance, self.runner.lookup)
+        decisions.store(self.cache, job, decisions.decision(job, self.cache, trials, sel, pending, search, known))
 
     # -- search budget (trt_routes.search.job) --------------------------------------------------------
     def job_search(self, job: Job, trials: dict[str, TrialRecord]) -> JobSearch:
