@@ -504,7 +504,26 @@ def test_builder_settings_are_mapped(trt: ModuleType, tmp_path: Path) -> None:
         "TACTIC_DRAM": 64 << 20,
         "TACTIC_SHARED_MEMORY": 48 << 10,
     }
-    assert built["flags"] == ["VERSION_COMPATIBLE"]
+    assert built["flags"] == ["TF32", "VERSION_COMPATIBLE"]  # TF32: TensorRT's default, left as it is
+
+
+def test_tf32_and_strict_nans_are_settings_and_said_in_words(trt: ModuleType, tmp_path: Path) -> None:
+    """TF32 is on by default in TensorRT (the real bindings' docstring: "Enabled by default"): a float32 model
+    is then gated against TF32 arithmetic unless ``tf32: false`` clears the flag; STRICT_NANS can be set."""
+    from trt_routes.backends.tensorrt.settings import precision_flags
+    from trt_routes.interop.trtexec import trtexec_command
+
+    model = conv_model(tmp_path / "m.onnx")
+    flags = {}
+    for name, settings in (("default", {}), ("strict", {"tf32": False, "strict_nans": True})):
+        engine = tmp_path / f"{name}.engine"
+        TensorRTBackend().build(spec_for(model, tmp_path, settings=settings), engine)
+        flags[name] = trt.inspect_engine(engine.read_bytes())["flags"]
+    assert flags == {"default": ["TF32"], "strict": ["STRICT_NANS"]}
+    assert precision_flags({}) == "TF32 on (TensorRT's default), STRICT_NANS off (TensorRT's default)"
+    assert precision_flags({"tf32": "off"}) == "TF32 off (settings.tf32), STRICT_NANS off (TensorRT's default)"
+    assert "--noTF32" in trtexec_command(str(model), "", {}, {"tf32": False})
+    assert "TF32" not in trtexec_command(str(model), "", {}, {"tf32": True})
 
 
 def test_unknown_settings_rejected_before_building(trt: ModuleType, tmp_path: Path) -> None:

@@ -98,7 +98,9 @@ def test_trtexec_rows_become_trials_under_an_unknown_signature(trt: None, tmp_pa
         plan = compute_plan(project, cache, project.read_lock())
     (jp,) = [p for p in plan.jobs if p.job.name == JOB]
     assert jp.action == "tune" and jp.reasons[0] == "new job: never tuned"
-    assert explain(project, JOB).other_groups == 1  # shown by explain
+    ex = explain(project, JOB)
+    assert ex.other_groups == 1  # shown by explain, with the precision flags every build of the job gets
+    assert ex.provenance["precision"] == "TF32 on (TensorRT's default), STRICT_NANS off (TensorRT's default)"
 
     again = import_tuning_cache(project, FIXTURES / "best_config.json", JOB)
     assert (again[0].added, again[0].present) == (0, report.added)  # idempotent

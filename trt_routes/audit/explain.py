@@ -281,6 +281,10 @@ def _provenance(job: Job, trials: dict[str, TrialRecord], sel: Selection | None)
         prov["hosts"] = dict(sorted(Counter(t.host or "?" for t in recs).items()))
         prov["sources"] = dict(sorted(Counter(t.source or "local" for t in recs).items()))
         prov["tool_versions"] = sorted({t.tool_version for t in recs if t.tool_version})
+    if job.backend == "tensorrt":  # every route is built so; a float32 model is gated against what they allow
+        from trt_routes.backends.tensorrt.settings import precision_flags
+
+        prov["precision"] = precision_flags(job.settings)
     win = trials.get(sel.winner) if sel is not None and sel.winner is not None else None
     if win is not None:
         prov["winner_trial"] = {"id": win.id, "created_at": win.created_at, "host": win.host,

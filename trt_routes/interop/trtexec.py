@@ -77,6 +77,11 @@ def _setting_flags(settings: Mapping[str, Any]) -> list[str]:
         elif name == "version_compatible":
             if value:
                 flags.append("--versionCompatible")
+        elif name == "tf32":
+            if not value:  # TF32 is trtexec's default too
+                flags.append("--noTF32")
+        elif name == "strict_nans" and not value:
+            pass  # off is the default; trtexec has no flag that turns it on
 
         else:
             raise UsageError(

@@ -370,6 +370,8 @@ def _render_provenance(ex: Explanation, console: Console) -> None:
         console.print(f"  {prov['trials']} trial(s) measured {prov['measured']['first']} .. "
                       f"{prov['measured']['last']} on {hosts}; {sources}; trt-routes "
                       f"{', '.join(prov['tool_versions']) or '?'}", markup=False, highlight=False)
+    if prov.get("precision"):
+        console.print(f"  precision flags of every build: {prov['precision']}", markup=False, highlight=False)
     win = prov.get("winner_trial")
     if win:
         src = "measured here" if win["source"] == "local" else f"imported from {win['source']}"

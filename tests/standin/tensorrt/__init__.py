@@ -256,8 +256,10 @@ class BuilderFlag(IntEnum):  # TensorRT 11 removed FP16/INT8/... (strong typing 
     GPU_FALLBACK = 3
     REFIT = 4
     DISABLE_TIMING_CACHE = 5
+    TF32 = 6
     VERSION_COMPATIBLE = 12
     EXCLUDE_LEAN_RUNTIME = 13
+    STRICT_NANS = 23
 
 
 class NetworkDefinitionCreationFlag(IntEnum):
@@ -588,7 +590,7 @@ class IBuilderConfig:
         self.max_num_tactics = -1
         self.l2_limit_for_tiling = -1
         self._pools: dict[MemoryPoolType, int] = {}
-        self._flags: set[BuilderFlag] = set()
+        self._flags: set[BuilderFlag] = {BuilderFlag.TF32}  # TensorRT's default (NvInfer.h: "enabled by default")
         self._profiles: list[IOptimizationProfile] = []
         self._timing_cache: ITimingCache | None = None
 

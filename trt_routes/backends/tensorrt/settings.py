@@ -129,6 +129,19 @@ SETTINGS: dict[str, Setting] = {
             flag="VERSION_COMPATIBLE",
         ),
         Setting(
+            "tf32",
+            "bool",
+            "BuilderFlag.TF32: float32 convolutions and matrix products may run in TF32 (TensorRT's default: on); "
+            "false keeps them float32, as the float32 reference computes them",
+            flag="TF32",
+        ),
+        Setting(
+            "strict_nans",
+            "bool",
+            "BuilderFlag.STRICT_NANS: no optimization that may not propagate NaNs (TensorRT's default: off)",
+            flag="STRICT_NANS",
+        ),
+        Setting(
             "timing_cache",
             "enum",
             "per_route (default): one timing cache file per (TensorRT build, GPU, build settings, route), "
@@ -158,6 +171,18 @@ SETTINGS: dict[str, Setting] = {
 
 #: Settings that do not change what TensorRT builds (left out of the timing-cache key).
 NOT_BUILD = frozenset(name for name, s in SETTINGS.items() if s.phase != "build")
+
+
+#: The builder flags that decide arithmetic precision, and TensorRT's default for each (``precision_flags``).
+PRECISION_FLAGS = {"tf32": ("TF32", True), "strict_nans": ("STRICT_NANS", False)}
+
+
+def precision_flags(settings: Mapping[str, Value]) -> str:
+    """The precision flags a build used, in words: ``TF32 on (TensorRT's default), STRICT_NANS off (...)``."""
+    given = check_settings({name: settings[name] for name in PRECISION_FLAGS if name in settings})
+    return ", ".join(f"{flag} {'on' if given.get(name, default) else 'off'} "
+                     + (f"(settings.{name})" if name in given else "(TensorRT's default)")
+                     for name, (flag, default) in PRECISION_FLAGS.items())
 
 
 #: Precision switches that TensorRT 11 removed: precision comes from the network (strong typing).
