@@ -227,6 +227,15 @@ def test_an_accuracy_failure_keeps_its_status_when_its_time_is_unusable() -> Non
     assert "gpu_time nan dropped" in imported.note
 
 
+def test_torch_tensorrt_non_finite_time_is_a_failed_measurement_not_an_accuracy_failure() -> None:
+    """Torch-TensorRT's tuner sets ``error_message = f"non-finite gpu_time: {gpu_time}"`` and gpu_time None,
+    crashed false (its tuning loop): the route was not measured, its accuracy was never in question."""
+    row = {**ROW, "error_message": "non-finite gpu_time: inf", "gpu_time": None}
+    imported = parse_tuning_cache(_header_line() + "\n" + json.dumps(row)).rows[0]
+    assert imported.status == "crashed" and imported.gpu_time_ms is None and not imported.crash
+    assert "the iteration was not measured (non-finite gpu_time: inf)" in imported.note
+
+
 def test_unknown_algorithm_means_no_metric() -> None:
     """trtexec's getAlgorithmName writes "Unknown" for an algorithm it has no name for."""
     header = parse_tuning_cache(_header_line(accuracy_algorithm="Unknown")).header

@@ -5,7 +5,8 @@ else is kept in ``unknown``. Status mapping, from the writers' documented behavi
 trtexec / Torch-TensorRT sources): both record a failed build, a signal or a missing result as
 ``crash=true`` (so those rows import as ``crashed``: the file cannot tell a build error from a crash),
 and a non-empty ``error_message`` with ``crash=false`` only after the engine was built and run, when
-its accuracy exceeded the threshold (``accuracy-failed``). A row that claims success but carries a
+its accuracy exceeded the threshold (``accuracy-failed``), except Torch-TensorRT's "non-finite gpu_time: ..."
+(a time it could not measure: ``crashed``, like a row without a usable time). A row that claims success but carries a
 non-finite loss is ``accuracy-failed`` too: trtexec's l0 and lInf let NaN through. A row that claims
 success without a usable time is ``crashed``: trtexec writes ``gpu_time`` 0 when its child produced no
 timing trace (samples/trtexec/trtexec.cpp, ``meanGpuTimeMs{0.0}``) and nlohmann::json writes NaN as null,
@@ -25,6 +26,10 @@ from typing import Any
 from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError, TrtRoutesError
 from trt_routes.text import NotRegularFileError, read_regular
+
+#: How Torch-TensorRT's tuner words a row whose time was not finite (``error_message = f"non-finite gpu_time:
+#: {gpu_time}"``, gpu_time set to None, crashed left false): a failed measurement, not an accuracy failure.
+NOT_MEASURED = "non-finite gpu_time"
 
 #: Accuracy algorithm names, case-insensitive, as written by trtexec (``getAlgorithmName``: L0, L1, L2, LInf,
 #: Cosine) or Torch-TensorRT (the user's spelling, which its ``compute_tensor_loss`` takes as l0, l1, l2,
@@ -293,6 +298,9 @@ def _row(
     timed = gpu_time is not None and math.isfinite(gpu_time) and gpu_time > 0
     if crash:
         status = "crashed"
+    elif message.startswith(NOT_MEASURED):  # Torch-TensorRT's own words for a time it could not measure
+        status = "crashed"
+        notes.append(f"the iteration was not measured ({message})")
     elif message:
         status = "accuracy-failed"
     elif not timed:  # built and run, but not measured: no time can rank it
