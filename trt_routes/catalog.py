@@ -21,7 +21,9 @@ class Knob:
     """One compiler switch.
 
     ``option`` keeps its leading dash (``-conv_use_long_w``, ``-kgen:codegen:cuda_tile``).
-    ``values`` is the closed list of allowed values, or None for an open integer knob.
+    ``values`` is the closed list of allowed values, or None for an open knob, whose values are of
+    ``open_type``: ``int`` (TensorRT's ``=int32_t`` / ``=int``, within ``minimum``..``maximum``), ``float``, or
+    ``text`` (any one token, for a type word trt-routes does not know: trtexec takes any fixed value).
     ``phase`` says where a backend applies it: ``build`` (changes the engine) or ``runtime``
     (applied when the engine is loaded; recorded in the lockfile beside the engine)."""
 
@@ -33,6 +35,8 @@ class Knob:
     #: An open knob's bounds (TensorRT's open knobs are int32_t). Validation only: not in the catalog digest.
     minimum: int = INT32_MIN
     maximum: int = INT32_MAX
+    #: The type of an open knob's values (``int``, ``float`` or ``text``); in the digest only when not ``int``.
+    open_type: str = "int"
     #: How much longer a build gets with the knob away from its default, as a factor of a default build
     #: (Inductor's autotuning switches: 3-6). A hint for budgets (``route_cost``): not in the digest.
     cost: float = 1.0
@@ -42,19 +46,23 @@ class Knob:
         return self.values is None
 
     def allows(self, value: str) -> bool:
-        if self.values is None:
-            if len(value) > 12:  # more digits than any int32 has (and int() of 5000 digits raises)
-                return False
-            try:
-                return self.minimum <= int(value) <= self.maximum
-            except ValueError:
-                return False
-        return value in self.values
+        if self.values is not None:
+            return value in self.values
+        if self.open_type == "float":
+            return _is_float(value)
+        if self.open_type == "text":
+            return bool(value) and not any(c.isspace() or c in "[]|" for c in value)
+        if len(value) > 12:  # more digits than any int32 has (and int() of 5000 digits raises)
+            return False
+        try:
+            return self.minimum <= int(value) <= self.maximum
+        except ValueError:
+            return False
 
     def allowed_text(self) -> str:
         """The knob as TensorRT's ``allowed_values`` field writes it."""
         if self.values is None:
-            return f"{self.option}=int"
+            return f"{self.option}={self.open_type}"
         return f"{self.option}=[{'|'.join(self.values)}]"
 
 
@@ -110,7 +118,8 @@ class Catalog:
         """Everything the catalog holds, the knobs' bounds too (``from_record`` reads it back): for the memo."""
         return {**self.to_json(), "knobs": [
             {"option": k.option, "values": list(k.values) if k.values is not None else None, "default": k.default,
-             "help": k.help, "phase": k.phase, "minimum": k.minimum, "maximum": k.maximum} for k in self.knobs]}
+             "help": k.help, "phase": k.phase, "minimum": k.minimum, "maximum": k.maximum, "open_type": k.open_type}
+            for k in self.knobs]}
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Catalog:
@@ -118,7 +127,8 @@ class Catalog:
                    tuner_version=str(data["tuner_version"]),
                    knobs=tuple(Knob(k["option"], tuple(k["values"]) if k["values"] is not None else None,
                                     k["default"], k["help"], k["phase"], minimum=int(k["minimum"]),
-                                    maximum=int(k["maximum"])) for k in data["knobs"]))
+                                    maximum=int(k["maximum"]), open_type=str(k.get("open_type", "int")))
+                               for k in data["knobs"]))
 
     @cached_property
     def digest(self) -> str:
@@ -126,5 +136,16 @@ class Catalog:
         catalog (it is frozen): every job of a backend shares one, and a 200-job plan asked 200 times."""
         data = self.to_json()
         data["knobs"] = [{"option": k.option, "values": list(k.values) if k.values is not None else None,
-                          "default": k.default, "phase": k.phase} for k in self.knobs]
+                          "default": k.default, "phase": k.phase,
+                          **({"open_type": k.open_type} if k.open_type != "int" else {})} for k in self.knobs]
         return canonical.digest(data, 16)
+
+
+def _is_float(text: str) -> bool:
+    """A finite decimal number (``0.5``, ``1e-3``, ``2``)."""
+    import math
+
+    try:
+        return math.isfinite(float(text)) and not any(c.isspace() for c in text)
+    except ValueError:
+        return False

@@ -62,7 +62,7 @@ class Expression:
 def parse_expression(text: str, catalog: Catalog | None = None, *, source: str = "expression") -> Expression:
     """Parse tokens separated by any whitespace (one per line in the file form; ``#`` lines are comments).
 
-    With a catalog, every knob and value is checked and open integer values are normalized."""
+    With a catalog, every knob and value is checked and open numeric values are normalized."""
     tokens: list[Token] = []
     seen: dict[str, str] = {}
     for raw, where in _pieces(text, source):
@@ -281,6 +281,14 @@ def _knob(catalog: Catalog, option: str, where: str, raw: str) -> Knob:
 
 def _allowed(knob: Knob, value: str, where: str, raw: str) -> str:
     """The value as routes write it, or a RouteError saying which values the knob takes."""
+    if knob.values is None and knob.open_type != "int":
+        if not knob.allows(value):
+            raise RouteError(
+                f"{where}: token `{raw}`: `{knob.option}` is an open {knob.open_type} knob and `{value}` "
+                f"is not {'a finite number' if knob.open_type == 'float' else 'one plain token'}",
+                f"give one value, e.g. `{knob.option}={knob.default}`, or a list of them",
+            )
+        return repr(float(value)) if knob.open_type == "float" else value  # 1e-3 and 0.001: one route
     if knob.values is None:
         if not _INTEGER.fullmatch(value):
             raise RouteError(
@@ -304,6 +312,8 @@ def _allowed(knob: Knob, value: str, where: str, raw: str) -> str:
 
 def _default(knob: Knob) -> str:
     """The knob's default as routes write it (open integer defaults normalized)."""
-    if knob.values is None and _INTEGER.fullmatch(knob.default.strip()):
+    if knob.values is None and knob.open_type == "int" and _INTEGER.fullmatch(knob.default.strip()):
         return str(int(knob.default))
+    if knob.values is None and knob.open_type == "float" and knob.allows(knob.default.strip()):
+        return repr(float(knob.default))
     return knob.default

@@ -167,7 +167,8 @@ def test_parse_catalog_rejects_malformed_json(text: str, needle: str) -> None:
         ({"option": "-b", "allowed_values": "-b=[0|1]"}, "has no default_value"),
         (_opt("b", "b=[0|1]", "0"), "bad option name"),
         (_opt("-b c", "-b=[0|1]", "0"), "bad option name"),
-        (_opt("-b", "-b=int", "auto"), "non-integer default"),
+        (_opt("-b", "-b=int", "auto"), "has the default 'auto', not of its type int"),
+        (_opt("-b", "-b=float", "fast"), "has the default 'fast', not of its type float"),
     ],
 )
 def test_one_odd_catalog_entry_is_skipped_not_fatal(entry: Any, reason: str) -> None:

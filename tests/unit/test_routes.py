@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -199,6 +200,31 @@ def test_open_integer_list_rejects_non_integer_items() -> None:
 def test_open_integer_values_equal_as_numbers_are_duplicates() -> None:
     err = error("-cask_fusion:num_tactics=[8|08]", CATALOG)
     assert "lists the value `8` twice" in err.message
+
+
+def test_open_knobs_of_other_types_take_their_values_from_the_catalog_s_type_word() -> None:
+    """TensorRT's catalog writes an open knob's type after ``=`` (``=int32_t``, ``=int``); a float or another
+    type word is read as such (trt_routes.backends.tensorrt.catalog.open_type), and the grammar follows it:
+    floats are normalized (``1e-3`` and ``0.001`` are one route), other types take one plain token."""
+    from trt_routes.backends.tensorrt.catalog import open_type, read_catalog
+
+    assert [open_type(t) for t in ("-k=int32_t", "-k=int", "-k", "-k=[...]", "-k=float", "-k=double", "-k=str")] \
+        == ["int", "int", "int", "int", "float", "float", "text"]
+    catalog = read_catalog(json.dumps({"tuner_version": "x", "tuner_options": [
+        {"option": "-ratio", "allowed_values": "-ratio=float", "default_value": "0.5"},
+        {"option": "-mode", "allowed_values": "-mode=string", "default_value": "auto"},
+        {"option": "-n", "allowed_values": "-n=int32_t", "default_value": "4"}]}), version="11.4").catalog
+    expr = parse_expression("-ratio=[1e-3|0.25] -mode=[fast|auto] -n=[2|8]", catalog)
+    assert expr.varied == (Token("-ratio", ("0.001", "0.25"), False), Token("-mode", ("fast", "auto"), False),
+                           Token("-n", ("2", "8"), False))
+    assert "open float knob and `x` is not a finite number" in error("-ratio=x", catalog).message
+    assert "lists the value `0.001` twice" in error("-ratio=[0.001|1e-3]", catalog).message
+    assert "open integer knob" in error("-n=1.5", catalog).message
+    assert catalog.get("-mode") is not None and catalog.get("-mode").allowed_text() == "-mode=text"  # type: ignore[union-attr]
+    plain = read_catalog(json.dumps({"tuner_version": "x", "tuner_options": [
+        {"option": "-n", "allowed_values": "-n=int32_t", "default_value": "4"}]}), version="11.4").catalog
+    assert plain.digest == Catalog(plain.backend, plain.version, (Knob("-n", None, "4"),),
+                                   plain.tuner_version).digest  # integer knobs' digests did not change
 
 
 def test_validate_expression_checks_programmatic_expressions() -> None:

@@ -57,19 +57,28 @@ def _entry_problem(item: Any, where: str) -> str | None:
     if "default_value" not in item:
         return f"{where}: option {option} has no default_value"
     default = item["default_value"].strip()
-    if _allowed_values(item.get("allowed_values", "")) is None and not _is_int(default):
-        # routes write open knobs' defaults as integers (trt_routes.routes); a non-integer one cannot be
-        # told apart from a set value there
-        return f"{where}: open knob {option} has the non-integer default {default!r}"
+    allowed = item.get("allowed_values", "")
+    kind = open_type(allowed)
+    if _allowed_values(allowed) is None and not Knob(option, None, default, open_type=kind).allows(default):
+        # routes write open knobs' defaults normalized (trt_routes.routes); a default not of the knob's type
+        # cannot be told apart from a set value there
+        return f"{where}: open knob {option} has the default {default!r}, not of its type {kind}"
     return None
 
 
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
+#: Type words of open knobs (``-knob=int32_t``): integers, floating point; any other word is ``text``.
+_INT_TYPES = ("int", "int32_t", "int64_t", "uint32_t", "uint64_t", "long", "size_t", "")
+_FLOAT_TYPES = ("float", "double")
+
+
+def open_type(allowed_values: str) -> str:
+    """The type of an open knob's values from its ``allowed_values`` (``-k=int32_t`` -> ``int``, ``-k=float`` ->
+    ``float``, another word -> ``text``). A bracket form (``[]``, ``[...]``) is an integer knob, as trtexec
+    reads it."""
+    if "[" in allowed_values:
+        return "int"
+    word = allowed_values.partition("=")[2].strip().lower()
+    return "int" if word in _INT_TYPES else "float" if word in _FLOAT_TYPES else "text"
 
 
 def read_catalog(text: str, *, version: str) -> CatalogReading:
@@ -113,6 +122,7 @@ def read_catalog(text: str, *, version: str) -> CatalogReading:
             values=_allowed_values(item.get("allowed_values", "")),
             default=item["default_value"].strip(),
             help=item.get("help", "").strip(),
+            open_type=open_type(item.get("allowed_values", "")),
         )
         if option in knobs:
             skipped.append(f"{where}: option {option} is listed again; the later entry replaces the earlier")
