@@ -316,6 +316,34 @@ def test_channels_last_is_a_model_knob_applied_where_the_engine_is_built_and_whe
     assert "model_options" not in json.loads((tmp_path / "plain.json").read_text())  # older engines' bytes
 
 
+@pytest.mark.slow
+def test_layer_profile_names_operators_the_generated_graph_and_what_a_route_adds(tmp_path: Path) -> None:
+    """torch.profiler over a loaded engine (issue 32), on the call a timed run makes: the aten operators Inductor
+    calls out to and the compiled graph's own time (its generated C++ kernels). -cpp_wrapper=1 calls the
+    convolution from C++ (no aten::convolution dispatch): explain --layers shows a layer only the default has."""
+    from trt_routes.evidence.layers import compare
+
+    shape = [2, 3, 16, 16]
+    (tmp_path / "tiny.py").write_text(MODELS, encoding="utf-8")
+    x = {"x": np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)}
+    profiles = []
+    for route in ({}, {"-cpp_wrapper": "1"}):
+        spec = BuildSpec(model_path=str(tmp_path), route=route, profile={"x": {"min": shape, "opt": shape,
+                                                                               "max": shape}},
+                         settings={}, target={"kind": "cpu"}, entry="tiny:conv")
+        engine = tmp_path / f"{len(route)}.json"
+        TorchInductorBackend().build(spec, engine)
+        profiles.append(TorchInductorBackend().profile(engine, spec, x))  # a fresh backend: another process
+    for p in profiles:
+        names = {layer.name for layer in p.layers}
+        assert p.backend == "torch-inductor" and p.runs == 10 and p.wall_ms is not None and p.wall_ms > 0
+        assert {"CompiledFxGraph", "aten::_convolution"} <= names and all(layer.ms > 0 for layer in p.layers)
+        assert all(layer.where == "cpu" for layer in p.layers) and "generated C++ kernels" in p.note
+    assert profiles[1].route == "-cpp_wrapper=1"
+    only_default = {row.name for row in compare(*profiles).rows if row.winner_ms is None}
+    assert "aten::convolution" in only_default, only_default
+
+
 def test_reference_is_eager_float32(tmp_path: Path, backend: TorchInductorBackend) -> None:
     out = backend.reference(spec_for(tmp_path, "tiny:mlp", dtype="bfloat16"), feeds())
     assert list(out) == ["output"] and out["output"].dtype == np.float32 and out["output"].shape == (4, 8)

@@ -37,40 +37,18 @@ from trt_routes.backends.torch_inductor.catalog import (
     preset_table,
     route_config,
 )
+from trt_routes.backends.torch_inductor.models import check_low_precision
 from trt_routes.backends.torch_inductor.runner import TorchRunner, gpu_lock
 from trt_routes.backends.torch_inductor.settings import check_settings
 from trt_routes.catalog import Catalog
 from trt_routes.errors import TrtRoutesError
+from trt_routes.evidence.layers import LayerProfile
 
 MIN_TORCH = (2, 6)
 RECIPE_FORMAT = "trt-routes/torch-jit-recipe@1"
 #: Environment variables that change Inductor's behaviour beyond the catalog (cache folders excluded).
 _ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_")
 _ENV_IGNORED = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_COMPILE_THREADS")
-
-
-def _check_low_precision(name: str, low: np.ndarray, ref: np.ndarray, dtype: str) -> None:
-    """ReferenceOverflow when the eager model in ``dtype`` cannot reproduce float32's output ``name``: values
-    that overflow to inf, or most of them flushed to zero (float16's smallest value is 6e-8), so no route in
-    that dtype could pass any tolerance."""
-    bad = int(np.count_nonzero(~np.isfinite(low) & np.isfinite(ref)))
-    if bad:
-        raise ReferenceOverflow(
-            f"the eager {dtype} reference itself overflows: output {name} has {bad} non-finite value(s) where "
-            f"float32 has none, so every route would fail",
-            "run this model in bfloat16 or float32, or scale the inputs (manifest 'inputs')")
-    zeros = int(np.count_nonzero((low == 0) & (ref != 0)))
-    if zeros * 2 > ref.size:
-        largest = float(np.abs(ref[np.isfinite(ref)]).max(initial=0.0))
-        raise ReferenceOverflow(
-            f"the eager {dtype} model underflows: output {name} has {zeros} of {ref.size} value(s) that are 0 in "
-            f"{dtype} and not in float32 (the largest is {largest:.1e} in float32), so every route in {dtype} "
-            f"would fail any tolerance", "run this model in float32, or in bfloat16 (float32's range)")
-
-
-class ReferenceOverflow(TrtRoutesError):
-    """The model overflows in its own dtype even in eager mode: every route would fail, so the
-    reference is reported as broken instead of failing each trial."""
 
 
 def _torch() -> Any:
@@ -465,6 +443,13 @@ class TorchInductorBackend(Backend):
         self._live.add(runner)
         return runner
 
+    def profile(self, engine_path: Path, spec: BuildSpec, feeds: Feeds) -> LayerProfile:
+        """Where the engine spends its time (``torch_inductor.profile``): its own runs under torch.profiler."""
+        from trt_routes.backends.torch_inductor.profile import profile_runner
+
+        return profile_runner(self.load(engine_path, spec), feeds, backend=self.name,
+                              route=" ".join(f"{k}={v}" for k, v in sorted(spec.route.items())))
+
     @staticmethod
     def _load_package(path: Path, device: str) -> tuple[Any, str | None]:
         """The loaded package, and the folder of the ``.pt2`` link made for a suffix-less blob (or None)."""
@@ -496,7 +481,7 @@ class TorchInductorBackend(Backend):
                 inputs = {n: models.cast_input(np.asarray(v), settings["dtype"], device) for n, v in feeds.items()}
                 low = models.to_numpy(models.flatten_outputs(module(**inputs)))
                 for name, ref in reference.items():
-                    _check_low_precision(name, low[name], ref, settings["dtype"])
+                    check_low_precision(name, low[name], ref, settings["dtype"])
         return reference
 
     def reference_version(self) -> str:

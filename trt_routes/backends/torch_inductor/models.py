@@ -23,6 +23,7 @@ import numpy as np
 
 from trt_routes import canonical
 from trt_routes.backends.base import BuildSpec, InputMismatch, SettingError
+from trt_routes.errors import TrtRoutesError
 
 SEED = 0  # factories run under torch.manual_seed(SEED): unseeded random init is still reproducible
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int64": "int64",
@@ -305,3 +306,27 @@ def to_numpy(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         t = t.detach()
         out[name] = (t.float() if t.is_floating_point() else t).cpu().numpy().copy()
     return out
+
+
+def check_low_precision(name: str, low: np.ndarray, ref: np.ndarray, dtype: str) -> None:
+    """ReferenceOverflow when the eager model in ``dtype`` cannot reproduce float32's output ``name``: values
+    that overflow to inf, or most of them flushed to zero (float16's smallest value is 6e-8), so no route in
+    that dtype could pass any tolerance."""
+    bad = int(np.count_nonzero(~np.isfinite(low) & np.isfinite(ref)))
+    if bad:
+        raise ReferenceOverflow(
+            f"the eager {dtype} reference itself overflows: output {name} has {bad} non-finite value(s) where "
+            f"float32 has none, so every route would fail",
+            "run this model in bfloat16 or float32, or scale the inputs (manifest 'inputs')")
+    zeros = int(np.count_nonzero((low == 0) & (ref != 0)))
+    if zeros * 2 > ref.size:
+        largest = float(np.abs(ref[np.isfinite(ref)]).max(initial=0.0))
+        raise ReferenceOverflow(
+            f"the eager {dtype} model underflows: output {name} has {zeros} of {ref.size} value(s) that are 0 in "
+            f"{dtype} and not in float32 (the largest is {largest:.1e} in float32), so every route in {dtype} "
+            f"would fail any tolerance", "run this model in float32, or in bfloat16 (float32's range)")
+
+
+class ReferenceOverflow(TrtRoutesError):
+    """The model overflows in its own dtype even in eager mode: every route would fail, so the
+    reference is reported as broken instead of failing each trial."""

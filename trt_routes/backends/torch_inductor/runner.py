@@ -6,9 +6,10 @@ never measure at the same time."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +100,14 @@ class TorchRunner:
     @property
     def on_gpu(self) -> bool:
         return self.device.startswith("cuda")
+
+    @contextlib.contextmanager
+    def calling(self, feeds: Feeds) -> Iterator[Callable[[], Any]]:
+        """One call of the engine as a timed run makes it (inputs prepared on the device once, outside the
+        call), in the engine's context: what ``torch_inductor.profile`` profiles."""
+        inputs = self._prepare(feeds)
+        with self._context():
+            yield lambda: self._call(inputs)
 
     # -- Runner protocol --------------------------------------------------------------------
     def run(self, feeds: Feeds) -> Feeds:
