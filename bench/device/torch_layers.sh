@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 32 on the H200: torch-inductor's layer profiles (torch.profiler, kernel device times) for a model the
 # project did not write (torchvision's ResNet-50, float16, jit). Carry .whl (pydantic). Everything lands in $OUT.
-#   bash bench/device/torch_layers.sh SECONDS
+#   bash bench/device/torch_layers.sh SECONDS [SWITCH_GROUP]   (default: "-freezing=[0|1] -channels_last=[0|1]")
 set -u
-budget=${1:-540}; start=$(date +%s); left() { echo $(( budget - ($(date +%s) - start) )); }
+budget=${1:-540}; group=${2:-"-freezing=[0|1] -channels_last=[0|1]"}; start=$(date +%s); left() { echo $(( budget - ($(date +%s) - start) )); }
 repo=$PWD; work=/tmp/tl
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$repo PYTHONUNBUFFERED=1
@@ -15,11 +15,11 @@ import torchvision
 def resnet50(shapes):
     return torchvision.models.resnet50()
 PY
-cat > $work/tuning.yaml <<'YAML'
+cat > $work/tuning.yaml <<YAML
 schema_version: 1
 measurement: {warmup: 10, iterations: 30, repeats: 3, timeout_s: 600}
 targets: {h200: {kind: gpu, name: "*H200*"}}
-switch_groups: {g: "-freezing=[0|1] -channels_last=[0|1]"}
+switch_groups: {g: "$group"}
 strategies: {s: {mode: fast}}
 tolerances: {fp16: {checks: [{metric: cos, threshold: 5.0e-4}]}}
 defaults: {backend: torch-inductor, targets: [h200], switch_group: g, strategy: s, tolerance: fp16,
