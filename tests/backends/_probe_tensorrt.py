@@ -139,9 +139,15 @@ def main() -> None:
 
     out: dict[str, Any] = {
         "version": trt.__version__,
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
         "file": trt.__file__,
         "bindings_file": sys.modules["tensorrt_bindings"].__file__ if "tensorrt_bindings" in sys.modules else "",
         "names": {**describe_module(trt), "__version__": {"kind": "other", "type": "str"}},
+    }
+    if sys.argv[1:] == ["--names-only"]:  # another Python's bindings: the standard library only (no numpy)
+        json.dump(out, sys.stdout)
+        return
+    out |= {
         "itemsize": {name: trt.DataType.__members__[name].itemsize for name in trt.DataType.__members__},
         "nptype_raises": sorted(
             name for name, member in trt.DataType.__members__.items() if _raises(lambda m=member: trt.nptype(m))

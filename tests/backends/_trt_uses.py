@@ -30,6 +30,8 @@ ROOTS: dict[str, tuple[str, str]] = {
     "engine": ("instance", "ICudaEngine"),
     "runtime": ("instance", "Runtime"),
     "trt_dtype": ("instance", "DataType"),
+    "parser": ("instance", "OnnxParser"),
+    "parser_error": ("instance", "ParserError"),
     "self._engine": ("instance", "ICudaEngine"),
     "self._runtime": ("instance", "Runtime"),
     "rt": ("module", "cuda"),

@@ -64,6 +64,9 @@ EXPECTED_USES = {
     "tensorrt.DataType.itemsize",
     "tensorrt.ILogger.log (overridden)",
     "tensorrt.IBuilderConfig.create_timing_cache",
+    "tensorrt.OnnxParser.get_error",
+    "tensorrt.ParserError.node_operator",
+    "tensorrt.ParserError.desc",
     "cuda.bindings.runtime.cudaGraphLaunch",
     "cuda.bindings.runtime.cudaStreamEndCapture[1]",
     "cuda.bindings.runtime.cudaEventCreate -> (cudaError_t, cudaEvent_t)",
@@ -169,6 +172,53 @@ def cuda_desc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
                           env={**os.environ, "PYTHONPATH": str(target)}, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def _other_pythons() -> dict[str, str]:
+    """Working interpreters of the supported Python versions other than this one ("3.12" -> its path), found
+    under pyenv or on PATH (a pyenv shim of an inactive version does not run, and is left out)."""
+    found: dict[str, str] = {}
+    for minor in (11, 12, 13, 14):
+        if (3, minor) == sys.version_info[:2]:
+            continue
+        paths = [*sorted(str(p) for p in Path.home().glob(f".pyenv/versions/3.{minor}.*/bin/python3.{minor}")),
+                 shutil.which(f"python3.{minor}")]
+        for python in (p for p in paths if p):
+            if subprocess.run([python, "-c", "pass"], capture_output=True, check=False).returncode == 0:
+                found[f"3.{minor}"] = python
+                break
+    return found
+
+
+def test_the_bindings_of_every_python_found_here_have_the_names_the_backend_uses(
+        real_trt: RealTensorRT, trt_desc: dict[str, Any], cuda_desc: dict[str, Any], tmp_path: Path) -> None:
+    """TensorRT ships one bindings extension per Python version (cp311, cp312, ...): each found on this machine
+    is downloaded, imported by its own interpreter against the same stub libraries, described, and the backend's
+    every use checked against it, as for this interpreter. Skips where no other Python is installed."""
+    others = _other_pythons()
+    if not others:
+        pytest.skip("no other Python 3.11+ interpreter on this machine")
+    spec = FLAVORS[real_trt.flavor].replace(">=11.1", f"=={trt_desc['version']}")
+    for version, python in others.items():
+        folder = tmp_path / version
+        done = _pip("download", "--no-deps", "--only-binary=:all:", "--python-version", version, "--dest",
+                    str(folder / "wheel"), spec)
+        wheels = sorted((folder / "wheel").glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            _unavailable(f"pip could not download {spec} for Python {version}")
+        site = folder / "site"
+        with zipfile.ZipFile(wheels[-1]) as archive:
+            archive.extractall(site)
+        (site / "tensorrt").mkdir()
+        (site / "tensorrt" / "__init__.py").write_text(TENSORRT_SHIM)
+        probed = subprocess.run([python, str(HERE / "_probe_tensorrt.py"), "--names-only"], capture_output=True,
+                                text=True, env={**real_trt.env(), "PYTHONPATH": str(site)}, cwd=site, timeout=300,
+                                check=False)
+        assert probed.returncode == 0, probed.stderr[-3000:]
+        desc = json.loads(probed.stdout)
+        assert (desc["version"], desc["python"]) == (trt_desc["version"], version)
+        report = analyze(SOURCES, desc, cuda_desc)
+        assert report.problems == [], f"Python {version}: " + "\n".join(report.problems)
 
 
 # -- the stub and the import -------------------------------------------------------------------------

@@ -344,21 +344,22 @@ def _no_object(kind: str, exc: BaseException, errors: list[str]) -> str:
 
 
 def _parser_errors(parser: Any) -> list[str]:
-    """Every error the ONNX parser recorded, with the node it points at (``ParserError`` methods)."""
-    out: list[str] = []
-    for i in range(parser.num_errors):
-        error = parser.get_error(i)
-        where = []
-        node = int(error.node())
-        if node >= 0:
-            where.append(f"node {node}")
-        name, operator = str(error.node_name()), str(error.node_operator())
-        if name:
-            where.append(f"name {name}")
-        if operator:
-            where.append(f"operator {operator}")
-        out.append(str(error.desc()) + (f" ({', '.join(where)})" if where else ""))
-    return out or ["no error recorded"]
+    """Every error the ONNX parser recorded, with the node it points at."""
+    return [_parser_error_text(parser.get_error(i)) for i in range(parser.num_errors)] or ["no error recorded"]
+
+
+def _parser_error_text(parser_error: Any) -> str:
+    """One ``ParserError`` in words: its description, and the node's index, name and operator where known."""
+    where = []
+    node = int(parser_error.node())
+    if node >= 0:
+        where.append(f"node {node}")
+    name, operator = str(parser_error.node_name()), str(parser_error.node_operator())
+    if name:
+        where.append(f"name {name}")
+    if operator:
+        where.append(f"operator {operator}")
+    return str(parser_error.desc()) + (f" ({', '.join(where)})" if where else "")
 
 
 def _add_profile(
