@@ -527,6 +527,36 @@ def test_tf32_and_strict_nans_are_settings_and_said_in_words(trt: ModuleType, tm
     assert "TF32" not in trtexec_command(str(model), "", {}, {"tf32": True})
 
 
+def test_layer_profile_from_tensorrt_s_profiler_on_a_runner_loaded_for_it(trt: ModuleType, tmp_path: Path) -> None:
+    """Issue 32: an IProfiler on the loaded engine's context reports each layer's time after its stream
+    synchronized (enqueue_emits_profile off, report_to_profiler), one run at a time; the runner is closed after,
+    so no timed run has a profiler attached. In the stand-in a route changes the layers' times (tactics)."""
+    from trt_routes.backends.tensorrt.profile import layer_op, profile_runner
+    from trt_routes.evidence.layers import compare
+
+    model = conv_model(tmp_path / "m.onnx")
+    x = {"x": np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    profiles = []
+    for i, route in enumerate(({}, {"-conv_use_long_w": "off"})):
+        spec = spec_for(model, tmp_path, f"t{i}", route=route)
+        engine = tmp_path / f"e{i}.engine"
+        TensorRTBackend().build(spec, engine)
+        runner = TensorRTBackend().load(engine, spec)
+        profiles.append(profile_runner(trt, runner, x, route=" ".join(f"{k}={v}" for k, v in route.items())))
+        with pytest.raises(TensorRTRunError, match="closed"):
+            runner.time(x, 0, 1, 1)  # no timed run on a profiled context
+        assert TensorRTBackend().profile(engine, spec, x).layers  # the backend's hook: a runner of its own
+    for p in profiles:
+        assert [layer.name for layer in p.layers] == ["conv", "relu", "pool", "flatten"]
+        assert p.runs == 10 and p.backend == "tensorrt" and all(layer.ms > 0 and layer.where == "gpu"
+                                                                 for layer in p.layers)
+        assert p.wall_ms is not None and p.total_ms <= p.wall_ms * 1.01
+    diff = compare(*profiles)
+    assert all(row.paired_by == "name" for row in diff.rows) and profiles[1].route == "-conv_use_long_w=off"
+    assert [layer_op(n) for n in ("/l1/conv/Conv + /l1/relu/Relu", "Reformatting CopyNode for Input Tensor 0",
+                                  "fc")] == ["Conv+Relu", "Reformat", "fc"]
+
+
 def test_unknown_settings_rejected_before_building(trt: ModuleType, tmp_path: Path) -> None:
     engine = tmp_path / "e.engine"
     with pytest.raises(ManifestError) as info:

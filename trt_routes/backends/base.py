@@ -182,7 +182,8 @@ class Backend(ABC):
         """Where the engine spends its time, layer by layer (``trt_routes.evidence.layers``): runs of its own,
         never a timed run's. Default: this backend has no profiler (TrtRoutesError says so)."""
         raise TrtRoutesError(f"backend {self.name} gives no layer profile",
-                             "explain --layers works for the onnxruntime, onnxruntime-cuda and torch-inductor backends")
+                             "explain --layers works for the onnxruntime, onnxruntime-cuda, torch-inductor and "
+                             "tensorrt backends")
 
     def warm_up(self, spec: BuildSpec) -> None:
         """Do in a fresh worker, ahead of its first task, what that task would otherwise pay for (import

@@ -50,6 +50,7 @@ import base64
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -130,6 +131,16 @@ class ILogger:
         pass
 
     def log(self, severity: _Severity, msg: str) -> None:
+        raise NotImplementedError
+
+
+class IProfiler:
+    """Receives each layer's time of an inference (``IExecutionContext.profiler``)."""
+
+    def __init__(self) -> None:
+        pass
+
+    def report_layer_time(self, layer_name: str, ms: float) -> None:
         raise NotImplementedError
 
 
@@ -285,6 +296,7 @@ class INetworkDefinition:
         self._outputs: list[ITensor] = []
         self._model: bytes = b""
         self._ops: list[str] = []
+        self._layers: list[str] = []  # the ONNX nodes' names: the engine's layers (unfused, in order)
 
     num_inputs = property(lambda self: len(self._inputs))
     num_outputs = property(lambda self: len(self._outputs))
@@ -508,6 +520,7 @@ class OnnxParser:
         net._inputs = [_tensor(v) for v in proto.graph.input if v.name not in initializers]
         net._outputs = [_tensor(v) for v in proto.graph.output]
         net._ops = [n.op_type for n in proto.graph.node]
+        net._layers = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(proto.graph.node)]
         net._model = bytes(model)
         return True
 
@@ -754,6 +767,7 @@ class Builder:
                 for t in network._outputs
             ],
             "model": base64.b64encode(network._model).decode(),
+            "layers": list(network._layers),
         }
         if STANDIN.nondeterministic:
             body["build_id"] = os.urandom(8).hex()
@@ -878,6 +892,29 @@ class IExecutionContext:
         self._shapes: dict[str, Dims] = {}
         self._addresses: dict[str, int] = {}
         self._output_shapes: dict[tuple[Any, ...], dict[str, Dims]] = {}
+        #: ``IProfiler`` attached (None: no layer timing); with ``enqueue_emits_profile`` (TensorRT's default
+        #: True) every enqueue reports its layers' times, else ``report_to_profiler()`` reports the last one's
+        self.profiler: IProfiler | None = None
+        self.enqueue_emits_profile = True
+        self._layer_ms: list[tuple[str, float]] = []
+
+    def report_to_profiler(self) -> bool:
+        if self.profiler is None or not self._layer_ms:
+            return False
+        for name, ms in self._layer_ms:
+            self.profiler.report_layer_time(name, ms)
+        return True
+
+    def _time_layers(self, run_ms: float) -> None:
+        """Share one inference's time among the engine's layers: fixed weights per layer and build route (so
+        a route that changes tactics changes the layers' times, as in TensorRT), scaled to the run."""
+        layers = self.engine._body.get("layers") or []
+        route = self.engine._body.get("build_route") or ""
+        weights = [1 + int(hashlib.sha256(f"{route}|{name}".encode()).hexdigest()[:4], 16) % 9 for name in layers]
+        total = sum(weights) or 1
+        self._layer_ms = [(name, run_ms * w / total) for name, w in zip(layers, weights, strict=True)]
+        if self.profiler is not None and self.enqueue_emits_profile:
+            self.report_to_profiler()
 
     def _inputs(self) -> list[str]:
         return [n for n in self.engine._names if self.engine.get_tensor_mode(n) == TensorIOMode.INPUT]
@@ -955,7 +992,11 @@ class IExecutionContext:
                     self.engine._logger.log(_Severity.ERROR, f"enqueueV3: reading {name} failed: {err}")
                     return False
             feeds[name] = host
-        for name, value in self.engine._run(feeds).items():
+        started = time.perf_counter()
+        results = self.engine._run(feeds)
+        if self.profiler is not None:
+            self._time_layers((time.perf_counter() - started) * 1000.0)
+        for name, value in results.items():
             out = np.ascontiguousarray(value)
             if out.nbytes:
                 (err,) = rt.cudaMemcpy(

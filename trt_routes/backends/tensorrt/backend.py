@@ -31,6 +31,7 @@ from trt_routes.backends.tensorrt.timing_cache import (
 from trt_routes.backends.tensorrt.trt_logger import process_logger
 from trt_routes.catalog import Catalog
 from trt_routes.errors import BackendUnavailable, TrtRoutesError
+from trt_routes.evidence.layers import LayerProfile
 
 MIN_VERSION = (11, 1)
 UNAVAILABLE = "TensorRT Global Performance Tuner unavailable"
@@ -307,6 +308,13 @@ class TensorRTBackend(Backend):
         return TensorRTRunner(
             trt, runtime, engine, logger, spec.opt_shapes, cuda_graph=bool(setting_value(settings, "cuda_graph"))
         )
+
+    def profile(self, engine_path: Path, spec: BuildSpec, feeds: Feeds) -> LayerProfile:
+        """Each layer's time from TensorRT's own profiler (``tensorrt.profile``), on a runner loaded for it."""
+        from trt_routes.backends.tensorrt.profile import profile_runner
+
+        return profile_runner(self._import(), self.load(engine_path, spec), feeds,
+                              route=" ".join(f"{k}={v}" for k, v in sorted(spec.route.items())))
 
     def reference(self, spec: BuildSpec, feeds: Feeds) -> Feeds:
         """Reference outputs from ONNX Runtime on the CPU at basic graph optimization.

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -239,6 +241,31 @@ class TensorRTRunner:
         self._sync()
         del keep
         return outs
+
+    def profile_runs(self, feeds: Feeds, profiler: Any, warmup: int, runs: int,
+                     after_run: Callable[[], None]) -> list[float]:
+        """Wall ms of ``runs`` inferences with ``profiler`` (a ``trt.IProfiler``) attached, each reporting its
+        layers' times after its stream synchronized (``enqueue_emits_profile`` off, ``report_to_profiler``;
+        ``after_run`` then), after ``warmup`` plain ones. Never a CUDA graph (a replayed graph reports no
+        layer). Close this runner afterwards: no timed run may have a profiler attached."""
+        self._check_open()
+        keep = self._upload(feeds)
+        for _ in range(warmup):
+            self._enqueue_direct()
+        self._sync()
+        self._context.profiler = profiler
+        self._context.enqueue_emits_profile = False
+        walls = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            self._enqueue_direct()
+            self._sync()
+            walls.append((time.perf_counter() - start) * 1000.0)
+            if not self._context.report_to_profiler():
+                raise TensorRTRunError("report_to_profiler failed: TensorRT reported no layer times")
+            after_run()
+        del keep
+        return walls
 
     def time(self, feeds: Feeds, warmup: int, iterations: int, repeats: int) -> list[float]:
         """GPU time of each enqueue (or graph launch) between two CUDA events, in ms (``iterations *
