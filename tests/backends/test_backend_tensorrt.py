@@ -553,6 +553,18 @@ def test_layer_profile_from_tensorrt_s_profiler_on_a_runner_loaded_for_it(trt: M
         assert p.wall_ms is not None and p.total_ms <= p.wall_ms * 1.01
     diff = compare(*profiles)
     assert all(row.paired_by == "name" for row in diff.rows) and profiles[1].route == "-conv_use_long_w=off"
+    assert "profiling_verbosity: detailed" in profiles[0].note  # names and times only, said so
+    # built at DETAILED verbosity: the inspector gives each layer's type and tactic (the route picks tactics)
+    detailed = []
+    for i, route in enumerate(({}, {"-conv_use_long_w": "off"})):
+        spec = spec_for(model, tmp_path, f"d{i}", route=route, settings={"profiling_verbosity": "detailed"})
+        TensorRTBackend().build(spec, tmp_path / f"d{i}.engine")
+        assert trt.inspect_engine((tmp_path / f"d{i}.engine").read_bytes())["profiling_verbosity"] == "DETAILED"
+        detailed.append(TensorRTBackend().profile(tmp_path / f"d{i}.engine", spec, x))
+    assert [(layer.name, layer.op) for layer in detailed[0].layers] == [
+        ("conv", "Conv"), ("relu", "Relu"), ("pool", "GlobalAveragePool"), ("flatten", "Flatten")]
+    assert all(layer.where.startswith("gpu: sm90_standin_") for layer in detailed[0].layers) and not detailed[0].note
+    assert [a.where for a in detailed[0].layers] != [b.where for b in detailed[1].layers]  # another tactic somewhere
     assert [layer_op(n) for n in ("/l1/conv/Conv + /l1/relu/Relu", "Reformatting CopyNode for Input Tensor 0",
                                   "fc")] == ["Conv+Relu", "Reformat", "fc"]
 

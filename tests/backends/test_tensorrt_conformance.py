@@ -71,6 +71,8 @@ EXPECTED_USES = {
     "tensorrt.IExecutionContext.profiler (set)",
     "tensorrt.IExecutionContext.enqueue_emits_profile (set)",
     "tensorrt.IProfiler.report_layer_time (overridden)",
+    "tensorrt.ICudaEngine.create_engine_inspector",
+    "tensorrt.EngineInspector.get_engine_information",
     "cuda.bindings.runtime.cudaGraphLaunch",
     "cuda.bindings.runtime.cudaStreamEndCapture[1]",
     "cuda.bindings.runtime.cudaEventCreate -> (cudaError_t, cudaEvent_t)",

@@ -77,6 +77,8 @@ def _setting_flags(settings: Mapping[str, Any]) -> list[str]:
         elif name == "version_compatible":
             if value:
                 flags.append("--versionCompatible")
+        elif name == "profiling_verbosity":
+            flags.append(f"--profilingVerbosity={value}")
         elif name == "tf32":
             if not value:  # TF32 is trtexec's default too
                 flags.append("--noTF32")

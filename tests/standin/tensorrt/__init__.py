@@ -273,6 +273,17 @@ class BuilderFlag(IntEnum):  # TensorRT 11 removed FP16/INT8/... (strong typing 
     STRICT_NANS = 23
 
 
+class ProfilingVerbosity(IntEnum):
+    LAYER_NAMES_ONLY = 0  # TensorRT's default
+    NONE = 1
+    DETAILED = 2
+
+
+class LayerInformationFormat(IntEnum):
+    ONELINE = 0
+    JSON = 1
+
+
 class NetworkDefinitionCreationFlag(IntEnum):
     STRONGLY_TYPED = 0  # a bit position; accepted and ignored in 11.x: every network is strongly typed
 
@@ -602,6 +613,7 @@ class IBuilderConfig:
         self.avg_timing_iterations = 1
         self.max_num_tactics = -1
         self.l2_limit_for_tiling = -1
+        self.profiling_verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
         self._pools: dict[MemoryPoolType, int] = {}
         self._flags: set[BuilderFlag] = {BuilderFlag.TF32}  # TensorRT's default (NvInfer.h: "enabled by default")
         self._profiles: list[IOptimizationProfile] = []
@@ -768,6 +780,8 @@ class Builder:
             ],
             "model": base64.b64encode(network._model).decode(),
             "layers": list(network._layers),
+            "layer_types": list(network._ops),
+            "profiling_verbosity": ProfilingVerbosity(config.profiling_verbosity).name,
         }
         if STANDIN.nondeterministic:
             body["build_id"] = os.urandom(8).hex()
@@ -846,6 +860,13 @@ class ICudaEngine:
     def create_execution_context(self) -> IExecutionContext:
         return IExecutionContext(self)
 
+    def create_engine_inspector(self) -> EngineInspector:
+        return EngineInspector(self)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._body.get("layers") or [])
+
     def serialize(self) -> bytes:
         return ENGINE_MAGIC + json.dumps(self._body).encode()
 
@@ -884,6 +905,39 @@ def _cudart() -> Any:
     except ImportError:
         from cuda import cudart as runtime
     return runtime
+
+
+class EngineInspector:
+    """What an engine holds, as TensorRT's inspector prints it: at LAYER_NAMES_ONLY (the default verbosity) the
+    layers' names, at DETAILED each layer's name, type and tactic (the route picks tactics, as the timing cache
+    entries do), at NONE nothing."""
+
+    def __init__(self, engine: ICudaEngine) -> None:
+        self._engine = engine
+
+    def _layer(self, index: int) -> Any:
+        body = self._engine._body
+        name = body["layers"][index]
+        verbosity = body.get("profiling_verbosity", "LAYER_NAMES_ONLY")
+        if verbosity == "NONE":
+            return None
+        if verbosity != "DETAILED":
+            return name
+        op = body["layer_types"][index]
+        tactic = int(hashlib.sha256(f"{body.get('build_route', '')}|{name}".encode()).hexdigest()[:4], 16) % 7
+        return {"Name": name, "LayerType": op, "TacticName": f"sm90_standin_{op.lower()}_tactic{tactic}"}
+
+    def get_layer_information(self, layer_index: int, format: LayerInformationFormat) -> str:
+        info = self._layer(layer_index)
+        if LayerInformationFormat(format) == LayerInformationFormat.JSON:
+            return json.dumps(info) if info is not None else ""
+        return str(info.get("Name") if isinstance(info, dict) else info or "")
+
+    def get_engine_information(self, format: LayerInformationFormat) -> str:
+        layers = [self._layer(i) for i in range(self._engine.num_layers)]
+        if LayerInformationFormat(format) == LayerInformationFormat.JSON:
+            return json.dumps({"Layers": [x for x in layers if x is not None], "Bindings": self._engine._names})
+        return "\n".join(str(x.get("Name") if isinstance(x, dict) else x) for x in layers if x is not None)
 
 
 class IExecutionContext:

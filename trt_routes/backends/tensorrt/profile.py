@@ -7,11 +7,14 @@ separate profiling pass. Never a CUDA graph: a replayed graph reports no layer. 
 afterwards, so no timed run ever has a profiler attached.
 
 A layer's name is TensorRT's (an ONNX node's name, or fused ones joined by ``" + "``, or a reformat it
-inserted); its op is the ONNX op types the name ends with (``Conv+Relu``), or ``Reformat``. Engines built at
-TensorRT's default profiling verbosity (``LAYER_NAMES_ONLY``) give names and times, not tactics."""
+inserted); its op is the ONNX op types the name ends with (``Conv+Relu``), or ``Reformat``. An engine built at
+``profiling_verbosity: detailed`` (a setting) also gives, through the engine inspector, each layer's type (the op)
+and tactic (where it ran): a route that makes TensorRT pick another kernel shows there. At TensorRT's default
+verbosity (``LAYER_NAMES_ONLY``) a profile has names and times, and says so."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Any
 
@@ -45,10 +48,27 @@ def profile_runner(trt: Any, runner: Any, feeds: Feeds, *, route: str, warmup: i
     per_run: list[list[tuple[str, str, str, float]]] = [[]]
     profiler = layer_times(trt, lambda name, ms: per_run[-1].append((name, layer_op(name), "gpu", ms)))
     try:
+        details = layer_details(runner.engine_information())
         walls = runner.profile_runs(feeds, profiler, warmup, runs, after_run=lambda: per_run.append([]))
     finally:
         runner.close()
-    done = [r for r in per_run if r]
+    done = [[(name, *details.get(name, (op, where)), ms) for name, op, where, ms in run] for run in per_run if run]
+    note = "" if details else ("layer names and times only: build with settings profiling_verbosity: detailed "
+                               "for each layer's type and tactic")
     return LayerProfile("tensorrt", route, len(done), statistics.median(walls) if walls else None,
-                        median_layers(done), note="layer times from TensorRT's IProfiler (names and times; the "
-                        "engine's tactics are not read)")
+                        median_layers(done), note=note)
+
+
+def layer_details(information: str) -> dict[str, tuple[str, str]]:
+    """Layer name -> (layer type, "gpu: tactic") from the engine inspector's JSON; {} for an engine built below
+    DETAILED profiling verbosity (its layers are bare names) or an inspector that says nothing."""
+    try:
+        layers = json.loads(information or "{}").get("Layers", [])
+    except (ValueError, AttributeError):
+        return {}
+    out = {}
+    for layer in layers if isinstance(layers, list) else []:
+        if isinstance(layer, dict) and layer.get("Name"):
+            tactic = layer.get("TacticName") or layer.get("TacticValue") or "?"
+            out[str(layer["Name"])] = (str(layer.get("LayerType") or "?"), f"gpu: {tactic}")
+    return out

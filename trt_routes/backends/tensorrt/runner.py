@@ -242,6 +242,12 @@ class TensorRTRunner:
         del keep
         return outs
 
+    def engine_information(self) -> str:
+        """The engine inspector's JSON (``EngineInspector.get_engine_information``): the layers' names, and
+        their types and tactics where the engine was built at DETAILED profiling verbosity."""
+        inspector = self._engine.create_engine_inspector()
+        return str(inspector.get_engine_information(self._trt.LayerInformationFormat.JSON) or "")
+
     def profile_runs(self, feeds: Feeds, profiler: Any, warmup: int, runs: int,
                      after_run: Callable[[], None]) -> list[float]:
         """Wall ms of ``runs`` inferences with ``profiler`` (a ``trt.IProfiler``) attached, each reporting its

@@ -129,6 +129,16 @@ SETTINGS: dict[str, Setting] = {
             flag="VERSION_COMPATIBLE",
         ),
         Setting(
+            "profiling_verbosity",
+            "enum",
+            "IBuilderConfig.profiling_verbosity: detailed records each layer's type and tactic in the engine "
+            "(explain --layers shows them; TensorRT: it 'will generally increase latency in enqueueV3()'); "
+            "layer_names_only is TensorRT's default; none records no layer names",
+            choices=("layer_names_only", "detailed", "none"),
+            config_attr="profiling_verbosity",
+            enum="ProfilingVerbosity",
+        ),
+        Setting(
             "tf32",
             "bool",
             "BuilderFlag.TF32: float32 convolutions and matrix products may run in TF32 (TensorRT's default: on); "
