@@ -44,6 +44,8 @@ class Environment:
 
     cpu: dict[str, str]
     gpus: tuple[dict[str, str], ...] = field(default_factory=tuple)
+    #: where the hardware was looked for, as skip reasons say it ("on this machine", "on the Ray cluster: ...")
+    where: str = "on this machine"
 
     def match(self, target: Target) -> dict[str, str] | None:
         """Hardware fields of the first device matching ``target``, or None when absent."""
@@ -72,14 +74,14 @@ class Environment:
 
     def describe_missing(self, target: Target) -> str:
         if target.kind == "cpu":
-            return "no machine serves CPU targets here (a Ray cluster without the target's resource?)"
+            return f"no CPU for this target {self.where}"
         want = " and ".join(
             p for p in (f"name '{target.name}'" if target.name else "",
                         f"compute capability {target.compute_capability}"
                         if target.compute_capability else "") if p
         )
         have = ", ".join(g.get("gpu_name", "?") for g in self.gpus) or "no NVIDIA GPU"
-        return f"no GPU matching {want} on this machine (found: {have})"
+        return f"no GPU matching {want} {self.where} (found: {have})"
 
 
 def _cpu_model() -> str:

@@ -131,4 +131,15 @@ def test_targets_the_cluster_does_not_offer_are_skipped(
     result = apply(open_project(manifest), ApplyOptions(executor="ray"))
     assert result.built == 0
     assert {j.action for j in result.plan.jobs} == {"skipped"}
-    assert "no machine serves CPU targets" in result.plan.jobs[0].reasons[0]
+    assert "no CPU for this target on the Ray cluster: no node offers trt_routes_target:edge" in \
+        result.plan.jobs[0].reasons[0]
+    from rich.console import Console
+
+    from trt_routes.report.console import render_plan, render_summary
+
+    out = Console(record=True, width=200)
+    render_plan(result.plan, out)
+    render_summary(result, out)
+    text = out.export_text()  # skipped is not "every job is up to date" (every job skipped on the H200 said so)
+    assert "job(s) skipped: their target's hardware is not here" in text and "every job is up to date" not in text
+    assert "Nothing was built: 2 job(s) skipped here" in text and "Every job is up to date" not in text

@@ -42,9 +42,10 @@ def prepare(project: Project, config: ExecutionConfig) -> Callable[[], Executor]
 
     Must run before the project's jobs are resolved (before planning)."""
     if config.executor == "ray":
-        from trt_routes.execute.ray_executor import RayExecutor
+        from trt_routes.execute.ray_executor import RayExecutor, local_resources
 
-        ray_executor = RayExecutor(config)  # connects now: the cluster's hardware decides the jobs' keys
+        local = None if config.address else local_resources(project, config.cpus_per_trial)
+        ray_executor = RayExecutor(config, local)  # connects now: the cluster's hardware decides the jobs' keys
         env, share = ray_executor.environment(project)
         project.use_environment(env, share)
         return lambda: ray_executor

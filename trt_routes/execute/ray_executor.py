@@ -81,14 +81,23 @@ class _Flight:
 class RayExecutor(InFlightRun):
     """Runs trials as Ray tasks; ``free_slots`` is the cluster's capacity for the target minus what runs."""
 
-    def __init__(self, config: ExecutionConfig) -> None:
+    def __init__(self, config: ExecutionConfig, local: Mapping[str, int] | None = None) -> None:
+        """Connect to the cluster at ``config.address``; without one, to a cluster running on this machine
+        (``ray start --head``), else start a Ray instance here offering ``local`` (target resource -> count:
+        the manifest's targets this machine's hardware matches, so one machine works without ``ray start``)."""
         ray = _ray()
         self.ray = ray
         self.config = config
         self._owns = False
         if not ray.is_initialized():
             try:
-                ray.init(address=config.address or None, log_to_driver=False, include_dashboard=False)
+                if config.address:
+                    ray.init(address=config.address, log_to_driver=False, include_dashboard=False)
+                else:
+                    try:
+                        ray.init(address="auto", log_to_driver=False, include_dashboard=False)
+                    except ConnectionError:  # no cluster here: start one that offers this machine's targets
+                        ray.init(resources=dict(local or {}), log_to_driver=False, include_dashboard=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise UsageError(f"cannot connect to the Ray cluster at {config.address or '(default)'}: {exc}",
                                  "start one with `ray start --head`, or pass --address ray://HOST:10001") from exc
@@ -131,7 +140,8 @@ class RayExecutor(InFlightRun):
 
     def environment(self, project: Project) -> tuple[Environment, tuple[int, int | None]]:
         """The hardware the project's targets get on this cluster (one probe per target), and how CPU
-        trials share a node. A target no node offers has no hardware: its jobs are skipped."""
+        trials share a node. A target no node offers has no hardware: its jobs are skipped, and say which
+        resource no node offers."""
         manifest = project.loaded.manifest
         cpu: dict[str, str] = {}
         gpus: list[dict[str, str]] = []
@@ -157,7 +167,12 @@ class RayExecutor(InFlightRun):
                 share = (together, per) if together > 1 else (1, None)
             else:
                 gpus.extend(g for g in info["gpus"] if g not in gpus)
-        return Environment(cpu=cpu, gpus=tuple(gpus)), share
+        unserved = sorted(name for name, target in manifest.targets.items()
+                          if self.capacity({**target.model_dump(), "target": name}) < 1)
+        where = ("on the Ray cluster: no node offers " + ", ".join(target_resource(n) for n in unserved)
+                 + " (start nodes with `ray start --resources '{\"" + target_resource(unserved[0])
+                 + "\": N}'`)") if unserved else "on the Ray cluster"
+        return Environment(cpu=cpu, gpus=tuple(gpus), where=where), share
 
     # -- dispatch ---------------------------------------------------------------------------
     def free_slots(self, target: Target | None) -> int:
@@ -250,3 +265,18 @@ class RayExecutor(InFlightRun):
 def _cause(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:300]}"
+
+
+def local_resources(project: Project, cpus_per_trial: int) -> dict[str, int]:
+    """Target resource -> count for a Ray instance started on this machine: each CPU target its cores over
+    ``cpus_per_trial``, each GPU target the GPUs here that match it (targets this machine lacks: none)."""
+    from trt_routes.signature import detect
+
+    here = detect()
+    out: dict[str, int] = {}
+    for name, target in project.loaded.manifest.targets.items():
+        if target.kind == "cpu":
+            out[target_resource(name)] = max(1, int(here.cpu.get("cpu_count", "1") or 1) // cpus_per_trial)
+        elif count := sum(1 for gpu in here.gpus if Environment(cpu={}, gpus=(gpu,)).match(target) is not None):
+            out[target_resource(name)] = count
+    return out

@@ -108,8 +108,12 @@ def render_plan(plan: Plan, console: Console) -> None:
     if plan.blocked:
         console.print(f"{len(plan.blocked)} job(s) blocked here, not up to date: "
                       f"{escape(', '.join(jp.job.name for jp in plan.blocked))}.")
+    skipped = [jp for jp in plan.jobs if jp.action == "skipped"]
+    if skipped:
+        console.print(f"{len(skipped)} job(s) skipped: their target's hardware is not here (another machine runs "
+                      "them).")
     if not plan.has_work:
-        console.print("Nothing to do here: every other job is up to date." if plan.blocked
+        console.print("Nothing to do here: every other job is up to date." if plan.blocked or skipped
                       else "Nothing to do: every job is up to date.")
     elif plan.at_most > plan.builds:
         console.print(f"{plan.builds} build(s) to run now; the searches may add more, at most {plan.at_most} in all.")
@@ -172,7 +176,9 @@ def render_summary(result: ApplyResult, console: Console) -> None:
     console.print(summary_table(result))
     if result.built == 0 and not any(o.error for o in result.outcomes) and not result.plan.blocked and \
             all(o.action == "up-to-date" for o in result.outcomes):
-        console.print("Every job is up to date; nothing was built.")
+        skipped = sum(1 for jp in result.plan.jobs if jp.action == "skipped")
+        console.print(f"Nothing was built: {skipped} job(s) skipped here, every other job is up to date." if skipped
+                      else "Every job is up to date; nothing was built.")
     else:
         console.print(f"Built {result.built} trial(s); lockfile "
                       f"{'written' if result.lock_written else 'unchanged'}.")
