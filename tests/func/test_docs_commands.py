@@ -37,8 +37,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "ARCHITECTURE.md",
                 *(REPO / "docs").glob("*.md")])
-#: Pages other work writes in parallel: a link to one of these may point at nothing yet.
-PENDING = {"docs/search-at-scale.md", "docs/tensorrt-profiles.md"}
 TAGS = {"", "bench", "needs-gpu", "needs-ray", "needs-torch", "needs-tensorrt"}
 CI_RUN = REPO / ".ci" / "run"
 
@@ -149,8 +147,6 @@ def test_every_relative_link_resolves(page: Path) -> None:
         if re.match(r"[a-z]+:", target) or target.startswith("#"):
             continue
         path = (page.parent / target.split("#")[0]).resolve()
-        if path.is_relative_to(REPO) and path.relative_to(REPO).as_posix() in PENDING:
-            continue
         assert path.exists(), f"{_rel(page)}: broken link {target}"
 
 
