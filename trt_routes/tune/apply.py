@@ -355,12 +355,15 @@ class Applier:
         return outcome
 
     def store_decision(self, tuning: JobRun, sel: Selection, pending: list[Request]) -> None:
-        """Keep the decision as a value (``trt_routes.plan.decision``): explain renders it."""
+        """Keep the decision as a value (``trt_routes.plan.decision``): explain renders it. A derived record: a
+        disk that refuses it fails nothing (explain then derives the decision from the trials, and says so)."""
         job, trials, search = tuning.job, tuning.trials, tuning.search
         if search is None and job.expression is not None and job.catalog is not None:  # a reselection
             search = job_search(job, self.cache, trials)
         known = outcomes(trials, job.tolerance, self.runner.lookup)
-        decisions.store(self.cache, job, decisions.decision(job, self.cache, trials, sel, pending, search, known))
+        made = decisions.decision(job, self.cache, trials, sel, pending, search, known)
+        with contextlib.suppress(sqlite3.Error, CacheError):
+            decisions.store(self.cache, job, made)
 
     # -- search budget (trt_routes.search.job) --------------------------------------------------------
     def job_search(self, job: Job, trials: dict[str, TrialRecord]) -> JobSearch:
