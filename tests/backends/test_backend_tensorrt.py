@@ -477,6 +477,27 @@ def test_bad_profiles_are_build_errors(
     assert needle in info.value.message
 
 
+def test_a_shape_tensor_input_is_refused_by_name_before_building(trt: ModuleType, tmp_path: Path) -> None:
+    """An input whose values are a shape (here Reshape's shape input) needs IOptimizationProfile.set_shape_input
+    and host memory, which trt-routes does not do yet: the build says so, naming the input (ITensor's real
+    is_shape_tensor, checked by the conformance test)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 12]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "r.onnx"))
+    profile = {"x": {"min": [2, 12], "opt": [2, 12], "max": [2, 12]}}
+    with pytest.raises(TensorRTBuildError) as info:
+        TensorRTBackend().build(spec_for(str(tmp_path / "r.onnx"), tmp_path, profile=profile), tmp_path / "e.engine")
+    assert "input s is a shape tensor" in info.value.message and not (tmp_path / "e.engine").exists()
+
+
 # -- settings --------------------------------------------------------------------------------------
 def test_builder_settings_are_mapped(trt: ModuleType, tmp_path: Path) -> None:
     settings = {

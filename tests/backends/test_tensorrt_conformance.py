@@ -73,6 +73,7 @@ EXPECTED_USES = {
     "tensorrt.IProfiler.report_layer_time (overridden)",
     "tensorrt.ICudaEngine.create_engine_inspector",
     "tensorrt.EngineInspector.get_engine_information",
+    "tensorrt.ITensor.is_shape_tensor",
     "cuda.bindings.runtime.cudaGraphLaunch",
     "cuda.bindings.runtime.cudaStreamEndCapture[1]",
     "cuda.bindings.runtime.cudaEventCreate -> (cudaError_t, cudaEvent_t)",

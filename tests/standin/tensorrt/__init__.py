@@ -298,6 +298,8 @@ class ITensor:
     name: str
     shape: Dims
     dtype: DataType
+    #: an integer input whose values are a shape (the stand-in: the shape input of a Reshape or Expand)
+    is_shape_tensor: bool = False
 
 
 class INetworkDefinition:
@@ -528,7 +530,8 @@ class OnnxParser:
             return False
         initializers = {t.name for t in proto.graph.initializer}
         net = self._network
-        net._inputs = [_tensor(v) for v in proto.graph.input if v.name not in initializers]
+        shape_inputs = {n.input[1] for n in proto.graph.node if n.op_type in ("Reshape", "Expand") and len(n.input) > 1}
+        net._inputs = [_tensor(v, v.name in shape_inputs) for v in proto.graph.input if v.name not in initializers]
         net._outputs = [_tensor(v) for v in proto.graph.output]
         net._ops = [n.op_type for n in proto.graph.node]
         net._layers = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(proto.graph.node)]
@@ -536,10 +539,10 @@ class OnnxParser:
         return True
 
 
-def _tensor(value: Any) -> ITensor:
+def _tensor(value: Any, shape_tensor: bool = False) -> ITensor:
     kind = value.type.tensor_type
     dims = Dims(d.dim_value if d.HasField("dim_value") else -1 for d in kind.shape.dim)
-    return ITensor(value.name, dims, _ONNX_TO_TRT.get(kind.elem_type, DataType.FLOAT))
+    return ITensor(value.name, dims, _ONNX_TO_TRT.get(kind.elem_type, DataType.FLOAT), shape_tensor)
 
 
 # -- builder -------------------------------------------------------------------------------------
