@@ -213,7 +213,8 @@ def test_onnxruntime_on_cpu_stores_the_facts_of_every_trial(tmp_path: Path, tiny
         batch = 4 if t.job.startswith("cnn/bs4") else 1
         assert f["batch"] == batch and f["throughput"] == pytest.approx(batch / (f["latency.p50"] / 1000))
         assert f["engine_mb"] > 0 and f["build_s"] > 0
-        assert f["memory_source"] == "VmHWM - VmRSS before load" and f["device_memory_mb"] >= 0
+        if "device_memory_mb" in f:  # absent where the meter missed the allocation (meters.MemoryMeter.finish)
+            assert f["memory_source"] == "VmHWM - VmRSS before load" and f["device_memory_mb"] >= f["engine_mb"] / 2
         if rapl_zones():
             assert f["energy"] > 0 and f["energy_source"] == "rapl package"
         else:

@@ -168,11 +168,9 @@ def test_explain_renders_the_decision_apply_stored_and_says_when_the_trials_chan
     ex = explain(project, job.name)
     assert ex.decided["by"] == "trials" and "changed since apply decided" in ex.decided["note"]
     assert any("changed since apply decided" in line for line in ex.decision)
-    assert ex.selection is not None and ex.selection.winner == stored.winner  # a slower loser changes no winner
-    assert ex.selection.verdict(loser) != stored.verdict(loser)
+    assert ex.selection is not None and ex.selection.verdict(loser) != stored.verdict(loser)
 
     with project.open_cache() as cache, cache.conn:  # none stored (a cache from before decision records)
         cache.conn.execute("DELETE FROM decision_records")
     ex = explain(project, job.name)
     assert ex.decided == {"by": "trials", "at": None} and ex.selection is not None
-    assert ex.selection.winner == stored.winner
