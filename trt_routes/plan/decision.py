@@ -41,7 +41,8 @@ class Decision:
     #: the search's notes in words: stopped at its budget, warm-started from related winners, priors
     search: tuple[str, ...]
     group_key: str
-    #: ``inputs_digest`` of the job group's trials and the selection rule when it was decided
+    #: ``inputs_digest`` of the job group's trials and the selection rule when apply stored it ("" for one not
+    #: read back from the cache: ``store`` takes the digest of what the cache holds then)
     trials: str
     #: when apply stored it ("" for one derived now)
     at: str = ""
@@ -55,8 +56,8 @@ def inputs_digest(job: Job, trials: Mapping[str, TrialRecord]) -> str:
                              "tolerance": job.tolerance.model_dump(mode="json"), "selection": selection_key(job)}, 16)
 
 
-def decision(job: Job, cache: CacheStore, trials: Mapping[str, TrialRecord], sel: Selection,
-             pending: Sequence[Request], search: Search | None, known: Mapping[str, Outcome]) -> Decision:
+def decision(job: Job, cache: CacheStore, sel: Selection, pending: Sequence[Request], search: Search | None,
+             known: Mapping[str, Outcome]) -> Decision:
     """The decision ``sel`` as a value, with its search's notes."""
     notes: list[str] = []
     if search is not None and (budget := search_note(search, known)):
@@ -66,8 +67,7 @@ def decision(job: Job, cache: CacheStore, trials: Mapping[str, TrialRecord], sel
                      + "; ".join(warm_sources(cache, job, search.warm)) + ".")
     if isinstance(search, JobSearch) and (avoided := avoid_sentence(search.avoid)):
         notes.append(f"Priors: {avoided}.")
-    return Decision(sel, tuple(confirmation_lines(sel, list(pending))), tuple(notes), job.group_key,
-                    inputs_digest(job, trials))
+    return Decision(sel, tuple(confirmation_lines(sel, list(pending))), tuple(notes), job.group_key, "")
 
 
 def derive(job: Job, cache: CacheStore, trials: Mapping[str, TrialRecord], entry: LockEntry | None,
@@ -79,7 +79,7 @@ def derive(job: Job, cache: CacheStore, trials: Mapping[str, TrialRecord], entry
     search = job_search(job, cache, trials)
     known = outcomes(trials, job.tolerance, lookup)
     sel, pending = final_selection(job, trials, search.verdict_routes(known), cache, entry, lookup)
-    return decision(job, cache, trials, sel, pending, search, known)
+    return decision(job, cache, sel, pending, search, known)
 
 
 def store(cache: CacheStore, job: Job, d: Decision) -> None:

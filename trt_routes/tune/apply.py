@@ -361,7 +361,7 @@ class Applier:
         if search is None and job.expression is not None and job.catalog is not None:  # a reselection
             search = job_search(job, self.cache, trials)
         known = outcomes(trials, job.tolerance, self.runner.lookup)
-        made = decisions.decision(job, self.cache, trials, sel, pending, search, known)
+        made = decisions.decision(job, self.cache, sel, pending, search, known)
         with contextlib.suppress(sqlite3.Error, CacheError):
             decisions.store(self.cache, job, made)
 
