@@ -11,6 +11,8 @@ Trials are drawn from the model as the replay backend draws them (seeded per see
   shape), ``max_builds`` 60: with that winner only, and with the values that failed in cold@120's trials
   (``trt_routes.search.priors.failed_values``, what ``plan``/``apply`` read from the cache) screened last;
 - other: the other model (profile ``a``) with that same route and those failed values as its priors, 60 builds;
+- tuned: the same two cases when profile ``a`` was tuned thoroughly (a fleet's earlier, unbounded tuning): the
+  warm start is ``a``'s best route (``header.best``), no failed values known;
 - fast@60: trtexec's scan cut at 60 builds (what ``adaptive`` did before group screening).
 
 Regret = the chosen route's true time / the best route the generator's noise-free descent found
@@ -132,6 +134,15 @@ def main() -> None:
             (regret(other, "a", winner, other_best), used))
         winner, used = run(other, "a", "adaptive", 60, seed)
         rows.setdefault("other model cold@60", []).append((regret(other, "a", winner, other_best), used))
+        tuned = (str(data["header"]["best"]["a"]["route"]),)
+        rows.setdefault("the tuned route of shape a, as is on shape b (no build)", []).append(
+            (regret(land, "b", tuned[0], best["b"]), 0))
+        winner, used = run(land, "b", "adaptive", 60, seed, tuned)
+        rows.setdefault("warm@60 from shape a tuned thoroughly", []).append(
+            (regret(land, "b", winner, best["b"]), used))
+        winner, used = run(other, "a", "adaptive", 60, seed, tuned)
+        rows.setdefault("other model@60 from that tuned route", []).append(
+            (regret(other, "a", winner, other_best), used))
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     print(f"# bench/search_scale.py: {args.seeds} seeds of {args.knobs}-knob TensorRT-shaped landscape@2 models "
           f"({datetime.date.today().isoformat()}, {cpu_fields()['cpu_model']}, Python {platform.python_version()})")

@@ -1,5 +1,5 @@
-"""adaptive under a build budget too small for a one-knob scan (issue 30): group screening with bisection, a
-budget kept for combining, reproducible proposals; and the pooled one-knob screening reference."""
+"""adaptive under a build budget too small for a one-knob scan (issue 30): group screening, a second screening
+on the incumbent, passengers dropped, reproducible proposals; and the pooled one-knob screening reference."""
 
 from __future__ import annotations
 
@@ -86,3 +86,18 @@ def test_a_slow_draw_of_the_baseline_does_not_make_neutral_knobs_positive() -> N
     slow = dict(known)
     slow[""] = Outcome(True, 10.4, 10.35, 10.45)  # the one default trial drew 4% slow
     assert set(search.positives(slow)) == set(search.positives(known)) == {"-k05", "-k30"}
+
+
+def test_a_knob_that_helps_only_beside_a_gain_is_found_by_screening_again_on_the_incumbent() -> None:
+    """-k11=1 changes nothing alone and is 10% faster beside -k05=1: the first screening (on the default)
+    cannot see it; screening the neutral values again on the incumbent, which holds -k05=1, does."""
+    land = landscape()
+    data = land.data.model_dump(mode="json", exclude_none=True)
+    data["profiles"]["p"]["interactions"] = [{"when": {"-k05": "1", "-k11": "1"}, "log": -0.105}]
+    land = validate_model(data)
+    expr = parse_expression(land.expression_text(), land.catalog)
+    known = drive(JobSearch(make_search("adaptive", expr, land.catalog, budget=30), (), frozenset(), 30, None), land)
+    assert len(known) <= 30
+    best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
+    assert {"-k05": "1", "-k11": "1", "-k30": "1"}.items() <= route_dict(best).items()
+    assert "-k17" not in route_dict(best)

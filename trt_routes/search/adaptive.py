@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError
 from trt_routes.routes import Expression, route_dict
 from trt_routes.search.base import Outcome, Search, unique
-from trt_routes.search.screening import RESERVE, GroupScreen, Unit
+from trt_routes.search.screening import GroupScreen
 from trt_routes.search.strategies import FastSearch, _Routes
 
 #: Coordinate-descent moves at most (a guard; every move strictly lowers the incumbent's median).
@@ -25,6 +25,8 @@ MAX_MOVES = 32
 SWEEPS = 1
 #: Screening routes (baseline, warm and one-knob) from which a budget too small for them screens in groups.
 GROUPED_MIN = 16
+#: Share of ``max_builds`` the one-knob scan may take (the rest combines): a larger scan screens in groups.
+SCAN_SHARE = 0.8
 #: One-knob outcomes needed before the screening reference pools them with the baseline.
 POOL_MIN = 12
 
@@ -84,7 +86,7 @@ class AdaptiveSearch(Search):
         #: ``max_builds`` cannot pay for the one-knob scan and leave a quarter for combining: screen in groups
         #: (and the group is large enough for groups to save builds: small groups keep the one-knob scan)
         self.grouped = budget is not None and len(self.phase1) >= GROUPED_MIN and \
-            len(self.phase1) > budget * (1 - RESERVE)
+            len(self.phase1) > budget * SCAN_SHARE
         self._screens: dict[str, GroupScreen] = {}
 
     def _avoided(self, route: str) -> bool:
@@ -240,57 +242,23 @@ class AdaptiveSearch(Search):
         return unique(out)
 
     def _grouped(self, known: Mapping[str, Outcome]) -> list[str]:
-        """Group screening around the centre (the best of the baseline and the warm routes), then the positive
-        blocks combined, then a descent that adds or drops one block at a time (``trt_routes.search.screening``)."""
+        """Group screening around the centre, the best of the baseline and the warm routes
+        (``trt_routes.search.screening``)."""
         assert self.budget is not None
         start = unique([self.baseline, *self.warm])
         if any(r not in known for r in start):
             return start
         centre = self._best(start, known) or self.baseline
-        screen = self._screen(centre)
-        proposed, blocks, waiting = screen.run(known[centre], known, len(start))
-        cands = unique([*start, *proposed])
-        if waiting or not blocks:
-            return cands
-        base = self._assign(centre)
-
-        def with_blocks(chosen: Sequence[list[Unit]]) -> str:
-            assign = dict(base)
-            for block in reversed(chosen):  # the best block's value wins a knob two blocks change
-                assign.update(block)
-            return self._routes.route(assign)
-
-        chosen = list(blocks)
-        incumbent = with_blocks(chosen)
-        cands = unique([*cands, incumbent])
-        if incumbent not in known:
-            return cands
-        if not self._improves(incumbent, centre, known):
-            chosen, incumbent = [], centre
-        for _ in range(MAX_MOVES):
-            toggled: dict[str, list[list[Unit]]] = {}  # route -> the blocks chosen after the move
-            for block in blocks:
-                after = [b for b in chosen if b is not block] if block in chosen else [*chosen, block]
-                toggled.setdefault(with_blocks(after), after)
-            toggled.pop(incumbent, None)
-            cands = unique([*cands, *toggled])
-            if any(m not in known for m in toggled):
-                return cands
-            best = self._best(toggled, known)
-            if best is None or not self._improves(best, incumbent, known):
-                break
-            chosen, incumbent = toggled[best], best
-        return cands
+        return self._screen(centre).run(known, start, centre)
 
     def _screen(self, centre: str) -> GroupScreen:
         if centre not in self._screens:
             assign = self._assign(centre)
             units = [(t.option, v) for t in self._routes.varied for v in t.values
                      if v != assign.get(t.option, self._default(t.option))]
-            base = dict(assign)
             self._screens[centre] = GroupScreen(
-                units, self.budget or 0, lambda group: self._routes.route({**base, **dict(group)}),
-                lambda a, b: beats_beyond_noise(a, b, self.min_gain),
+                assign, units, self.budget or 0, self._routes.route,
+                {t.option: self._default(t.option) for t in self._routes.varied},
                 last=lambda u: f"{u[0]}={u[1]}" in self.avoid)  # failed for related jobs: screened last
         return self._screens[centre]
 

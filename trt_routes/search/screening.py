@@ -1,37 +1,77 @@
 """Group screening for ``adaptive`` when ``max_builds`` cannot pay for a one-knob scan (issue 30).
 
-Units are (knob, value) changes to the centre route (the best of the baseline and the warm-start routes).
-They are screened in groups, several units per build, sized so that the first level takes 60% of the budget;
-a group that fails (crash, build error, accuracy gate) or is much slower than the centre is split in two first
-(its halves are screened cleanly), then a group faster than the centre beyond the noise (bisection, as in
-sequential bifurcation); a unit alone that is faster is positive, and a faster group the budget cannot split
-is combined whole. A fifth of the budget is kept for combining the positives and a descent over them
-(``AdaptiveSearch``). Every round's routes are proposed together, so they can build side by side.
+Units are (knob, value) changes to the centre route (the best of the baseline and the warm-start routes). The
+search is written as one sequential procedure that asks for batches of routes (``Ask``); it is replayed from
+the outcomes known so far on every call, so it stays pure: ``plan`` and ``apply`` propose the same routes and a
+stopped search resumes. Its steps, each one batch that builds side by side:
 
-Pure: the whole tree is replayed from the outcomes known so far."""
+1. **Screen** every unit once, several per build, on top of the incumbent (at first the centre): the first
+   level's groups take ``FIRST_LEVEL`` of the budget. A group that fails (crash, build error, accuracy gate)
+   or is ``SLOW`` slower is split in two (a gain may hide beside a failing or slow value). Groups faster than
+   the reference by ``GAIN`` are added to the incumbent together (each whole), checked by one build; when the
+   sum is no faster than the best of them, only that one is kept and the others are screened again on top of
+   it (a knob that cancels another's gain). The reference is the incumbent's time, or the median of the batch
+   when lower (most groups change nothing, so one slow draw of the incumbent cannot make them "faster").
+2. **Screen again on the incumbent** (from ``SCREEN_SHARE`` of the budget): the units that were neutral, in
+   groups of ``SECOND_SIZE`` (they built successfully before, so these groups rarely fail), as many as the
+   budget pays for: a knob that helps only beside a gain found in step 1 shows now.
+3. **Drop passengers** (the last ``DROP_SHARE`` of the budget): for each group taken whole, the incumbent
+   without one half, then without the other; a half whose removal costs nothing is dropped, a half whose
+   removal costs is split again. The drops of one step are checked together by one build.
+
+``bench/search_scale.py`` measures it; ``docs/search-at-scale.md`` says what holds at which scale."""
 
 from __future__ import annotations
 
-__all__ = ["GroupScreen", "Unit"]
+__all__ = ["Ask", "GroupScreen", "Unit", "split_by_knob"]
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+import statistics
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from trt_routes.search.base import Outcome
+from trt_routes.search.base import Outcome, unique
 
-#: A group this much slower than the centre is split (a gain may hide behind a loss).
-SLOW_SPLIT = 0.05
-#: Share of the budget kept for combining and the descent.
-RESERVE = 0.2
-#: Share of the budget the first level of groups may take.
+#: Share of the budget the first level of groups takes.
 FIRST_LEVEL = 0.6
+#: Share of the budget after which the neutral units are screened again on the incumbent.
+SCREEN_SHARE = 0.7
+#: The last share of the budget, kept to drop the passengers of groups taken whole.
+DROP_SHARE = 0.15
+#: Group size when screening again (every unit in it built successfully before).
+SECOND_SIZE = 12
+#: A group faster than the reference by this (log of the time ratio) is added to the incumbent.
+GAIN = 0.02
+#: A group this much slower (log) is split: a gain may hide behind a loss.
+SLOW = 0.05
 
 Unit = tuple[str, str]
 
 
-def group_count(units: int, budget: int) -> int:
-    """How many first-level groups a budget of ``budget`` builds pays for."""
-    return max(1, min(units, math.floor(budget * FIRST_LEVEL)))
+class _Waiting(Exception):
+    """A batch holds routes not measured yet: the replay stops here."""
+
+
+class Ask:
+    """Answers a replayed procedure's batches from the outcomes known so far, recording every route asked."""
+
+    def __init__(self, known: Mapping[str, Outcome], spent: Iterable[str]) -> None:
+        self.known = known
+        self.proposed: list[str] = []
+        self._spent = set(spent)
+
+    @property
+    def used(self) -> int:
+        """Builds asked for so far (the start routes included)."""
+        return len(self._spent)
+
+    def __call__(self, routes: Sequence[str]) -> list[Outcome]:
+        self.proposed.extend(routes)
+        self._spent.update(routes)
+        if any(r not in self.known for r in routes):
+            raise _Waiting
+        return [self.known[r] for r in routes]
 
 
 def split_by_knob(units: Sequence[Unit], size: int) -> list[list[Unit]]:
@@ -48,70 +88,158 @@ def split_by_knob(units: Sequence[Unit], size: int) -> list[list[Unit]]:
     return groups
 
 
-class GroupScreen:
-    """Bisecting group screening of ``units`` on top of a centre route, within ``budget`` builds."""
+def _halves(group: list[Unit]) -> list[list[Unit]]:
+    return [group[: len(group) // 2], group[len(group) // 2:]]
 
-    def __init__(self, units: Sequence[Unit], budget: int, route_of: Callable[[Sequence[Unit]], str],
-                 beats: Callable[[Outcome, Outcome], bool], last: Callable[[Unit], bool] = lambda u: False) -> None:
-        self.units = list(units)
+
+def _ok(outcome: Outcome | None) -> bool:
+    return outcome is not None and outcome.ok and outcome.median_ms is not None
+
+
+class GroupScreen:
+    """The procedure above over ``units`` (changes to ``centre``), within ``budget`` builds. ``route_of`` turns
+    an assignment into a route; ``defaults`` are the knobs' defaults; ``last`` marks units screened after all
+    others (values that failed for related jobs)."""
+
+    def __init__(self, centre: Mapping[str, str], units: Sequence[Unit], budget: int,
+                 route_of: Callable[[Mapping[str, str]], str], defaults: Mapping[str, str],
+                 last: Callable[[Unit], bool] = lambda u: False) -> None:
+        self.centre = dict(centre)
         self.budget = budget
         self.route_of = route_of
-        self.beats = beats
-        # units ordered by value (every knob's first non-default value first): groups mix knobs, not values;
-        # units ``last`` says fail elsewhere come after all others, in groups of their own
-        order = sorted(range(len(self.units)), key=lambda i: (last(self.units[i]), self._value_rank(self.units[i]), i))
-        ordered = [self.units[i] for i in order]
-        size = max(1, math.ceil(len(ordered) / group_count(len(ordered), budget)))
-        first = [u for u in ordered if not last(u)]
-        self.first = split_by_knob(first, size) + split_by_knob(ordered[len(first):], size)
+        self.defaults = defaults
+        # every knob's first value before its second: groups mix knobs, not values; ``last`` units after all
+        rank = {u: sum(1 for o, _ in units[:i] if o == u[0]) for i, u in enumerate(units)}
+        self.units = sorted(units, key=lambda u: (last(u), rank[u]))
+        first = [u for u in self.units if not last(u)]
+        self.size = max(1, math.ceil(len(self.units) / max(1, min(len(self.units), int(budget * FIRST_LEVEL)))))
+        self.first = split_by_knob(first, self.size) + split_by_knob(self.units[len(first):], self.size)
 
-    def _value_rank(self, unit: Unit) -> int:
-        return sum(1 for o, _ in self.units[: self.units.index(unit)] if o == unit[0])
+    def run(self, known: Mapping[str, Outcome], start: Sequence[str], centre_route: str) -> list[str]:
+        """Every route proposed so far (``start`` first), the next batch's included."""
+        ask = Ask(known, start)
+        with contextlib.suppress(_Waiting):  # the batch asked last waits for its measurements
+            _Run(self, ask, known[centre_route]).run()
+        return unique([*start, *ask.proposed])
 
-    def run(self, centre: Outcome, known: Mapping[str, Outcome], spent: int) -> tuple[
-            list[str], list[list[Unit]], bool]:
-        """(routes proposed, positive blocks best first, waiting for measurements). A block is one unit, or a
-        faster group the budget left no builds to split. ``spent``: builds the search used before screening
-        (the centre's and the warm routes')."""
-        proposed: list[str] = []
-        positives: list[tuple[float, list[Unit]]] = []
-        frontier = [g for g in self.first if g]
-        limit = max(0, math.floor(self.budget * (1 - RESERVE)) - spent)
-        used = 0
-        while frontier:
-            routes = [self.route_of(g) for g in frontier]
-            proposed.extend(routes)
-            if any(r not in known for r in routes):
-                return proposed, [u for _, u in sorted(positives, key=lambda p: -p[0])], True
-            used += sum(1 for r in dict.fromkeys(routes))
+
+class _Run:
+    """One replay of the procedure: the incumbent and what is known of each unit."""
+
+    def __init__(self, screen: GroupScreen, ask: Ask, centre: Outcome) -> None:
+        self.s = screen
+        self.ask = ask
+        self.inc = dict(screen.centre)
+        self.inc_out = centre
+        self.taken: list[tuple[float, list[Unit]]] = []  # (gain, group) added to the incumbent, in order
+        self.neutral: list[Unit] = []  # units in successful groups that changed nothing
+
+    def route(self, group: Sequence[Unit] = ()) -> str:
+        return self.s.route_of({**self.inc, **dict(group)})
+
+    def moved(self) -> set[str]:
+        """Knobs the incumbent sets differently from the centre (their other values are not screened)."""
+        return {o for o in {*self.inc, *self.s.centre} if self.inc.get(o) != self.s.centre.get(o)}
+
+    def run(self) -> None:
+        budget = self.s.budget
+        limit = budget - math.floor(budget * DROP_SHARE)
+        self.screen(deque(self.s.first), min(limit, math.floor(budget * SCREEN_SHARE)))
+        moved, neutral = self.moved(), set(self.neutral)
+        again = [u for u in self.s.units if u in neutral and u[0] not in moved]  # in screening order
+        self.screen(deque(split_by_knob(again, SECOND_SIZE)), limit)
+        self.drop_passengers()
+
+    def reference(self, outcomes: Sequence[Outcome]) -> float | None:
+        times = [o.median_ms for o in outcomes if _ok(o) and o.median_ms is not None]
+        ref = self.inc_out.median_ms if _ok(self.inc_out) else None
+        if ref is None:
+            return statistics.median(times) if times else None
+        return min(ref, statistics.median([ref, *times])) if len(times) >= 4 else ref
+
+    def screen(self, queue: deque[list[Unit]], cap: int) -> None:
+        while queue and self.ask.used < cap:
+            batch: list[list[Unit]] = []
+            while queue and self.ask.used + len(batch) < cap:
+                group = [u for u in queue.popleft() if u[0] not in self.moved()]
+                if group:
+                    batch.append(group)
+            if not batch:
+                return
+            outcomes = self.ask([self.route(g) for g in batch])
+            ref = self.reference(outcomes)
             faster: list[tuple[float, list[Unit]]] = []
-            other: list[tuple[float, list[Unit]]] = []
-            for group, route in zip(frontier, routes, strict=True):
-                outcome = known[route]
-                g = _gain(outcome, centre)
-                if outcome.ok and g is not None and self.beats(outcome, centre):
-                    if len(group) == 1:
-                        positives.append((g, group))
-                    else:
-                        faster.append((g, group))
-                elif len(group) > 1 and (not outcome.ok or (g is not None and g < -SLOW_SPLIT)):
-                    other.append((-(g or -1.0), group))  # failures and the slowest last
-            nxt: list[list[Unit]] = []
-            # failed and much slower groups are split first: their halves are units not screened cleanly yet;
-            # a faster group left whole is combined whole (its gain is kept, its slower units too)
-            ranked = [(False, g, grp) for g, grp in sorted(other, key=lambda p: p[0])] + \
-                [(True, g, grp) for g, grp in sorted(faster, key=lambda p: -p[0])]
-            for is_faster, g, group in ranked:
-                if used + len(nxt) + 2 > limit:
-                    if is_faster:
-                        positives.append((g, group))  # no builds left to split it: combined whole
+            split: list[list[Unit]] = []
+            for group, outcome in zip(batch, outcomes, strict=True):
+                if not _ok(outcome) or ref is None:
+                    split.extend(_halves(group) if len(group) > 1 and not _ok(outcome) else [])
                     continue
-                nxt.extend([group[: len(group) // 2], group[len(group) // 2:]])
-            frontier = nxt
-        return proposed, [u for _, u in sorted(positives, key=lambda p: -p[0])], False
+                gain = math.log(ref / outcome.median_ms)  # type: ignore[operator]
+                if gain > GAIN:
+                    faster.append((gain, group))
+                elif gain < -SLOW and len(group) > 1:
+                    split.extend(_halves(group))
+                else:
+                    self.neutral.extend(group)
+            queue.extend([*self.take(faster), *split])
 
+    def take(self, faster: list[tuple[float, list[Unit]]]) -> list[list[Unit]]:
+        """Add the faster groups to the incumbent; returns the groups to screen again on the new one."""
+        if not faster:
+            return []
+        faster.sort(key=lambda gg: -gg[0])
+        best = faster[0][1]
+        single = self.ask.known[self.route(best)]
+        if len(faster) > 1:
+            together = dict(self.inc)
+            for _, group in reversed(faster):  # the fastest group's value wins a knob two groups change
+                together.update(group)
+            (outcome,) = self.ask([self.s.route_of(together)])
+            if _ok(outcome) and outcome.median_ms < single.median_ms:  # type: ignore[operator]
+                self.inc, self.inc_out = together, outcome
+                self.taken.extend(faster)
+                return []
+        self.inc, self.inc_out = {**self.inc, **dict(best)}, single
+        self.taken.append(faster[0])
+        return [g for _, g in faster[1:]]
 
-def _gain(a: Outcome, b: Outcome) -> float | None:
-    if not (a.ok and b.ok) or a.median_ms is None or not b.median_ms:
-        return None
-    return 1.0 - a.median_ms / b.median_ms
+    def drop_passengers(self) -> None:
+        """Halving by removal: for each group taken whole, the incumbent without its first half, and without
+        its second. A half whose removal costs nothing (``GAIN / 2`` at most) holds no gain and is dropped (the
+        cheaper one when both cost nothing); a half whose removal costs is split again while the budget lasts.
+        The drops of one step are checked together by one build (else the best single drop is kept)."""
+        work = deque(g for _, g in self.taken if len(g) > 1)
+        while work and self.ask.used + 3 <= self.s.budget and _ok(self.inc_out):
+            batch: list[list[Unit]] = []
+            while work and self.ask.used + 2 * len(batch) + 3 <= self.s.budget:
+                group = [u for u in work.popleft() if self.inc.get(u[0]) == u[1]]
+                if len(group) > 1:
+                    batch.append(group)
+            if not batch:
+                return
+            tests = [(half, self.without(half)) for group in batch for half in _halves(group)]
+            outcomes = self.ask([self.s.route_of(a) for _, a in tests])
+            free = self.inc_out.median_ms * (1 + GAIN / 2)  # type: ignore[operator]
+            drops: list[tuple[float, list[Unit], dict[str, str], Outcome]] = []
+            for i in range(0, len(tests), 2):
+                pair = [(o.median_ms, half, assign, o) for (half, assign), o in zip(tests[i:i + 2], outcomes[i:i + 2],
+                                                                                     strict=True) if _ok(o)]
+                cheap = [p for p in pair if p[0] < free]  # type: ignore[operator]
+                if cheap:
+                    drops.append(min(cheap, key=lambda p: p[0]))  # type: ignore[arg-type, return-value]
+                work.extend(half for _, half, _, _ in pair if len(half) > 1 and not any(half is d[1] for d in drops))
+            if not drops:
+                continue
+            together = self.without([u for _, half, _, _ in drops for u in half])
+            (outcome,) = self.ask([self.s.route_of(together)])
+            if len(drops) > 1 and _ok(outcome) and outcome.median_ms < free:  # type: ignore[operator]
+                self.inc, self.inc_out = together, outcome
+            else:
+                _, _, self.inc, self.inc_out = min(drops, key=lambda d: d[0])  # type: ignore[arg-type, return-value]
+
+    def without(self, part: Sequence[Unit]) -> dict[str, str]:
+        """The incumbent with ``part``'s knobs back at the centre's values (or their defaults)."""
+        assign = dict(self.inc)
+        for option, _ in part:
+            assign[option] = self.s.centre.get(option, self.s.defaults.get(option, ""))
+        return assign
