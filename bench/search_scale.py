@@ -18,7 +18,11 @@ Trials are drawn from the model as the replay backend draws them (seeded per see
 Regret = the chosen route's true time / the best route the generator's noise-free descent found
 (``header.best``; a failed or gate-failing choice counts as infinite). "within 3%": regret <= 1.03.
 
-Run: python bench/search_scale.py [--seeds 30] [--knobs 200]"""
+``--variant`` changes the generator's parameters (the same method on models it was not tuned on): ``noise3``
+(three times the noise), ``nofail`` (no failing value), ``fail12`` (12% failing values), ``dense`` (10% strong
+gains, 5% strong losses, 25% small effects).
+
+Run: python bench/search_scale.py [--seeds 30] [--knobs 200] [--variant NAME]"""
 
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from make_trt_landscapes import make  # noqa: E402
+from make_trt_landscapes import PARAMS, make  # noqa: E402
 
 from trt_routes.backends.landscape import route_seed  # noqa: E402
 from trt_routes.backends.landscape_model import ModelLandscape, validate_model  # noqa: E402
@@ -52,6 +56,12 @@ from trt_routes.search.priors import failed_values  # noqa: E402
 from trt_routes.selection import DEFAULT_ROUTE, select  # noqa: E402
 from trt_routes.signature import cpu_fields  # noqa: E402
 
+VARIANTS: dict[str, dict[str, Any]] = {
+    "noise3": {"noise": {"trial": 0.03, "repeat": 0.015, "run": 0.036}},
+    "nofail": {"crash_values": 0.0, "gate_values": 0.0},
+    "fail12": {"crash_values": 0.06, "gate_values": 0.06},
+    "dense": {"neutral": 0.6, "small": 0.25, "strong_gain": 0.1, "strong_loss": 0.05},
+}
 TOL = Tolerance(checks=[Check(metric="cos", threshold=1e-4)])
 ITERATIONS, REPEATS = 20, 5
 
@@ -106,7 +116,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--knobs", type=int, default=200)
+    ap.add_argument("--variant", choices=sorted(VARIANTS), help="other generator parameters (see the doc)")
     args = ap.parse_args()
+    PARAMS.update(VARIANTS.get(args.variant or "", {}))
     started = time.perf_counter()
     rows: dict[str, list[tuple[float, int]]] = {}
     for seed in range(args.seeds):
@@ -144,7 +156,8 @@ def main() -> None:
         rows.setdefault("other model@60 from that tuned route", []).append(
             (regret(other, "a", winner, other_best), used))
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-    print(f"# bench/search_scale.py: {args.seeds} seeds of {args.knobs}-knob TensorRT-shaped landscape@2 models "
+    variant = f", variant {args.variant}" if args.variant else ""
+    print(f"# bench/search_scale.py: {args.seeds} seeds of {args.knobs}-knob TensorRT-shaped models{variant} "
           f"({datetime.date.today().isoformat()}, {cpu_fields()['cpu_model']}, Python {platform.python_version()})")
     print("| case | builds (mean) | regret median | regret p90 | within 3% |\n|---|---|---|---|---|")
     for name, vals in rows.items():

@@ -77,3 +77,20 @@ def cast_model(path: Path, dtype: int) -> str:
 
 PROFILE = {"x": {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}}
 CAST_PROFILE = {"x": {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}}
+
+
+def reshape_model(path: Path) -> str:
+    """x[N,12] -> Reshape(x, s) -> Relu -> y: ``s`` (int64[3]) is a shape tensor, its values the output's shape."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["r"], name="reshape"), helper.make_node("Relu", ["r"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 12]),
+              helper.make_tensor_value_info("s", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return _save(model, path)
+
+
+#: x's dims and s's values at min/opt/max (s: the shape of the output, [N, 3, 4])
+RESHAPE_PROFILE = {"x": {"min": [1, 12], "opt": [2, 12], "max": [4, 12]},
+                   "s": {"min": [1, 3, 4], "opt": [2, 3, 4], "max": [4, 3, 4]}}

@@ -28,6 +28,7 @@ from trt_routes.manifest.model_check import check_models
 from trt_routes.manifest.schema import (
     Baseline,
     DimRange,
+    InputSpec,
     Measurement,
     Objective,
     ReferenceFiles,
@@ -378,7 +379,7 @@ class Resolver:
             for sname, shapes in model.shapes.items():
                 profile = _profile(shapes)
                 inputs = {
-                    name: {**(model.inputs[name].model_dump() if name in model.inputs else
+                    name: {**(_input_spec(model.inputs[name]) if name in model.inputs else
                               {"dtype": "float32", "low": -1.0, "high": 1.0}),
                            "shape": dims["opt"]}
                     for name, dims in profile.items()
@@ -460,3 +461,10 @@ def find_job(jobs: Sequence[Job], name: str) -> Job:
             f"did you mean {' or '.join(close)}?" if close else f"jobs: {', '.join(names)}",
         )
     return matches[0]
+
+
+def _input_spec(spec: InputSpec) -> dict[str, Any]:
+    """How an input is generated, as data; ``shape_tensor`` only where set, so every other input's spec (and
+    the keys its trials are cached under) stays as it was."""
+    data = spec.model_dump(exclude={"shape_tensor"})
+    return {**data, "shape_tensor": True} if spec.shape_tensor else data

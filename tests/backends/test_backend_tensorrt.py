@@ -17,7 +17,15 @@ import numpy as np
 import pytest
 from _paths import STANDIN
 from _tensorrt_knobs import PUBLIC_KNOBS
-from _trt_models import CAST_PROFILE, PROFILE, cast_model, conv_model, custom_op_model
+from _trt_models import (
+    CAST_PROFILE,
+    PROFILE,
+    RESHAPE_PROFILE,
+    cast_model,
+    conv_model,
+    custom_op_model,
+    reshape_model,
+)
 
 from trt_routes.backends import cuda_device
 from trt_routes.backends.base import BuildSpec
@@ -477,25 +485,34 @@ def test_bad_profiles_are_build_errors(
     assert needle in info.value.message
 
 
-def test_a_shape_tensor_input_is_refused_by_name_before_building(trt: ModuleType, tmp_path: Path) -> None:
-    """An input whose values are a shape (here Reshape's shape input) needs IOptimizationProfile.set_shape_input
-    and host memory, which trt-routes does not do yet: the build says so, naming the input (ITensor's real
-    is_shape_tensor, checked by the conformance test)."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 12]),
-         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(tmp_path / "r.onnx"))
-    profile = {"x": {"min": [2, 12], "opt": [2, 12], "max": [2, 12]}}
+def test_a_shape_tensor_input_gets_its_values_from_the_profile_and_host_memory(trt: ModuleType,
+                                                                              tmp_path: Path) -> None:
+    """An input whose values are a shape (Reshape's shape input; ITensor.is_shape_tensor) declared
+    ``shape_tensor`` gets IOptimizationProfile.set_shape_input with the profile's values, and at run time host
+    memory (ICudaEngine.is_shape_inference_io; both names checked against the real bindings by the conformance
+    test). New values reshape the outputs; values outside the profile are a clear error."""
+    model = reshape_model(tmp_path / "r.onnx")
+    inputs = {"x": {"dtype": "float32"}, "s": {"dtype": "int64", "shape_tensor": True}}
+    spec = spec_for(model, tmp_path, profile=RESHAPE_PROFILE, inputs=inputs)
+    engine = tmp_path / "e.engine"
+    log = TensorRTBackend().build(spec, engine)
+    assert "profile s (shape tensor values): min=[1, 3, 4] opt=[2, 3, 4] max=[4, 3, 4]" in log
+    built = trt.inspect_engine(engine.read_bytes())
+    assert built["values"] == {"s": [[1, 3, 4], [2, 3, 4], [4, 3, 4]]} and "s" not in built["profile"]
+    x = np.arange(48, dtype=np.float32).reshape(4, 12) - 20
+    with TensorRTBackend().load(engine, spec) as runner:
+        for n in (2, 4, 1):  # the opt values first, then others within the profile
+            out = runner.run({"x": x[:n], "s": np.array([n, 3, 4], dtype=np.int64)})["y"]
+            assert out.shape == (n, 3, 4) and np.array_equal(out, np.maximum(x[:n].reshape(n, 3, 4), 0))
+        assert len(runner.time({"x": x[:2], "s": np.array([2, 3, 4])}, 1, 2, 2)) == 4  # 2 repeats of 2
+        with pytest.raises(TensorRTRunError, match="shape tensor values s=\\[2, 6, 4\\]"):  # 6 > max's 3
+            runner.run({"x": x, "s": np.array([2, 6, 4], dtype=np.int64)})
+    # the same model without the declaration: refused before building, naming the input and the fix
+    undeclared = spec_for(model, tmp_path, "t2", profile=RESHAPE_PROFILE, inputs={"x": {"dtype": "float32"}})
     with pytest.raises(TensorRTBuildError) as info:
-        TensorRTBackend().build(spec_for(str(tmp_path / "r.onnx"), tmp_path, profile=profile), tmp_path / "e.engine")
-    assert "input s is a shape tensor" in info.value.message and not (tmp_path / "e.engine").exists()
+        TensorRTBackend().build(undeclared, tmp_path / "u.engine")
+    assert "input s: TensorRT reads it as a shape tensor" in info.value.message
+    assert "shape_tensor: true" in (info.value.hint or "") and not (tmp_path / "u.engine").exists()
 
 
 # -- settings --------------------------------------------------------------------------------------
@@ -1087,6 +1104,35 @@ models:
     assert built["builder_optimization_level"] == 2
     # one timing cache per route built (the default, -peep:max=4 and -conv_use_long_w=off -peep:max=4)
     assert len(_cache_files(tmp_path / "tc")) == 3
+
+
+@pytest.mark.slow  # an apply end to end
+def test_apply_with_a_shape_tensor_input_in_isolated_workers(trt: ModuleType, tmp_path: Path) -> None:
+    """A model whose input ``s`` is a shape tensor, declared ``shape_tensor: true``: every route is built with
+    its profile values, run at opt and checked at min and max (new values, new output shapes), and locked."""
+    reshape_model(tmp_path / "r.onnx")
+    (tmp_path / "tuning.yaml").write_text(f"""
+schema_version: 1
+measurement: {{warmup: 1, iterations: 3, repeats: 2, timeout_s: 120}}
+targets: {{h200: {{kind: gpu, name: "*H200*"}}}}
+switch_groups: {{g: "-conv_use_long_w=[on|off]"}}
+strategies: {{s: {{mode: fast}}}}
+tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-5}}]}}}}
+defaults: {{backend: tensorrt, targets: [h200], switch_group: g, strategy: s, tolerance: t,
+           settings: {{timing_cache_dir: "{tmp_path / "tc"}"}}}}
+models:
+  r:
+    path: r.onnx
+    shapes: {{p: {json.dumps(RESHAPE_PROFILE)}}}
+    inputs: {{s: {{dtype: int64, shape_tensor: true}}}}
+""")
+    env = {**os.environ, "PYTHONPATH": str(STANDIN), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    done = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "-m", str(tmp_path / "tuning.yaml")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (engine,) = sorted((tmp_path / "engines").rglob("*.engine"))
+    assert trt.inspect_engine(engine.read_bytes())["values"] == {"s": [[1, 3, 4], [2, 3, 4], [4, 3, 4]]}
+    assert "r/p/h200" in Lockfile.read(tmp_path / "tuning.lock").jobs
 
 
 def test_knobs_command_prints_the_catalog_like_help_build_route(tmp_path: Path) -> None:

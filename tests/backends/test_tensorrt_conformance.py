@@ -74,6 +74,8 @@ EXPECTED_USES = {
     "tensorrt.ICudaEngine.create_engine_inspector",
     "tensorrt.EngineInspector.get_engine_information",
     "tensorrt.ITensor.is_shape_tensor",
+    "tensorrt.IOptimizationProfile.set_shape_input",
+    "tensorrt.ICudaEngine.is_shape_inference_io",
     "cuda.bindings.runtime.cudaGraphLaunch",
     "cuda.bindings.runtime.cudaStreamEndCapture[1]",
     "cuda.bindings.runtime.cudaEventCreate -> (cudaError_t, cudaEvent_t)",

@@ -18,7 +18,8 @@ STDERR_HEADER = "--- backend stderr ---"
 
 
 def make_inputs(inputs: dict[str, dict[str, object]], seed: int) -> dict[str, np.ndarray]:
-    """Deterministic inputs: seeded uniform values in [low, high) of each input's dtype."""
+    """Deterministic inputs: seeded uniform values in [low, high) of each input's dtype; a shape tensor
+    (``shape_tensor``) is fed the values its ``shape`` entry holds (the profile gives its values)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -28,7 +29,9 @@ def make_inputs(inputs: dict[str, dict[str, object]], seed: int) -> dict[str, np
         shape = [int(d) for d in spec["shape"]]  # type: ignore[attr-defined]
         dtype = np.dtype(str(spec.get("dtype", "float32"))).type
         low, high = float(spec.get("low", -1.0)), float(spec.get("high", 1.0))  # type: ignore[arg-type]
-        if np.issubdtype(dtype, np.integer):
+        if spec.get("shape_tensor"):
+            feeds[name] = np.array(shape, dtype=dtype)
+        elif np.issubdtype(dtype, np.integer):
             feeds[name] = rng.integers(int(low), max(int(high), int(low) + 1), size=shape).astype(dtype)
         elif dtype is np.bool_:
             feeds[name] = rng.random(size=shape) < 0.5

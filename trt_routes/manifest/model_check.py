@@ -60,7 +60,7 @@ class _Check:
                 self.dims(sname, name, spec)
             self.profile(sname, shapes)
         for name, given in self.model.inputs.items():
-            self.input_spec(name, given.dtype, given.low, given.high)
+            self.input_spec(name, given.dtype, given.low, given.high, given.shape_tensor)
         self.integers()
         self.tolerance_outputs()
         if isinstance(self.model.reference, ReferenceFiles):
@@ -153,6 +153,15 @@ class _Check:
             return
         if info.dims is None:
             return
+        spec_in = self.model.inputs.get(name)
+        if spec_in is not None and spec_in.shape_tensor:  # the profile gives its values: one per element
+            count = len(next(iter(points.values())))
+            if len(info.dims) > 1 or (info.dims and isinstance(info.dims[0], int) and info.dims[0] != count):
+                self.fail(where, f"shape tensor '{name}' is {_dims_text(info.dims)} in {self.file}: profile "
+                          f"'{sname}' gives {count} value(s)",
+                          "give one value per element of the shape tensor (a shape tensor has rank 0 or 1)",
+                          at_key=True)
+            return
         rank = len(next(iter(points.values())))
         if rank != len(info.dims):
             self.fail(where, f"input '{name}' has rank {len(info.dims)} in {self.file} "
@@ -185,6 +194,8 @@ class _Check:
             info = self.graph.get(name)
             if info is None or info.dims is None or len(info.dims) != len(_point(spec, "opt")):
                 continue
+            if name in self.model.inputs and self.model.inputs[name].shape_tensor:
+                continue  # its profile entry holds values, not dimensions
             for axis, dim in enumerate(info.dims):
                 if not isinstance(dim, str):
                     continue
@@ -198,7 +209,7 @@ class _Check:
                                   f"give '{dim}' one size in both", at_key=True)
                         return
 
-    def input_spec(self, name: str, dtype: str, low: float, high: float) -> None:
+    def input_spec(self, name: str, dtype: str, low: float, high: float, shape_tensor: bool = False) -> None:
         where = ("inputs", name)
         if self.graph is not None:
             info = self.graph.get(name)
@@ -208,7 +219,7 @@ class _Check:
             if info.dtype != dtype and info.dtype in (*INTEGER, "float32", "float16", "float64", "bool"):
                 self.fail((*where, "dtype"), f"input '{name}' is {info.dtype} in {self.file}, the manifest says "
                           f"dtype: {dtype}", f"write dtype: {info.dtype}" if info.dtype in _DTYPES else None)
-        if dtype == "bool":
+        if dtype == "bool" or shape_tensor:  # a shape tensor is fed its profile's values, not a range
             return
         if low > high:  # the schema refuses it; here only the ranges that hold no value
             return

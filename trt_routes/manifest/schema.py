@@ -88,9 +88,15 @@ class InputSpec(Strict):
     dtype: Literal["float32", "float16", "int64", "int32", "bool"] = "float32"
     low: Number = -1.0
     high: Number = 1.0
+    #: The input's values are a shape (a TensorRT shape tensor, e.g. a Reshape's target): each shape profile
+    #: gives its values at min/opt/max instead of its dimensions (as trtexec's ``--shapes`` does), and those
+    #: values are what it is fed.
+    shape_tensor: bool = False
 
     @model_validator(mode="after")
     def _range(self) -> InputSpec:
+        if self.shape_tensor and self.dtype not in ("int64", "int32"):
+            raise ValueError(f"a shape tensor's values are integers: write dtype: int64 or int32, not {self.dtype}")
         if self.low > self.high:
             raise ValueError(f"low ({self.low:g}) must not be above high ({self.high:g})")
         if self.dtype in ("int64", "int32") and self.low == self.high and self.low != int(self.low):

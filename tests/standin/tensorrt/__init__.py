@@ -240,6 +240,11 @@ class TensorIOMode(IntEnum):
     OUTPUT = 2
 
 
+class TensorLocation(IntEnum):
+    DEVICE = 0
+    HOST = 1
+
+
 class MemoryPoolType(IntEnum):
     WORKSPACE = 0
     DLA_MANAGED_SRAM = 1
@@ -549,6 +554,13 @@ def _tensor(value: Any, shape_tensor: bool = False) -> ITensor:
 class IOptimizationProfile:
     def __init__(self) -> None:
         self._shapes: dict[str, tuple[Dims, Dims, Dims]] = {}
+        self._values: dict[str, tuple[Dims, Dims, Dims]] = {}  # shape tensors' values (set_shape_input)
+
+    def set_shape_input(self, input: str, min: Any, opt: Any, max: Any) -> None:
+        lo, mid, hi = Dims(int(d) for d in min), Dims(int(d) for d in opt), Dims(int(d) for d in max)
+        if not len(lo) == len(mid) == len(hi) or any(not (a <= b <= c) for a, b, c in zip(lo, mid, hi, strict=True)):
+            raise RuntimeError("Shape values provided for min, opt and max are inconsistent.")
+        self._values[input] = (lo, mid, hi)
 
     def set_shape(self, input: str, min: Any, opt: Any, max: Any) -> None:
         lo, mid, hi = Dims(int(d) for d in min), Dims(int(d) for d in opt), Dims(int(d) for d in max)
@@ -726,7 +738,18 @@ class Builder:
             error("Network must have at least one output")
             return None
         profile = config._profiles[0]._shapes if config._profiles else {}
+        values = config._profiles[0]._values if config._profiles else {}
         for tensor in network._inputs:
+            if tensor.is_shape_tensor:  # TensorRT needs its values (set_shape_input), one per element
+                if tensor.name not in values or tensor.name in profile:
+                    error(f"Network has dynamic or shape inputs, but no optimization profile sets the values of "
+                          f"shape tensor {tensor.name}")
+                    return None
+                if any(len(v) != volume(tensor.shape) for v in values[tensor.name]):
+                    error(f"{tensor.name}: shape tensor of shape {list(tensor.shape)} given "
+                          f"{len(values[tensor.name][1])} values")
+                    return None
+                continue
             dynamic = any(d < 0 for d in tensor.shape)
             if tensor.name not in profile:
                 if dynamic:
@@ -773,8 +796,10 @@ class Builder:
             "memory_pools": {p.name: v for p, v in sorted(config._pools.items())},
             "flags": sorted(f.name for f in config._flags),
             "profile": {n: [list(d) for d in s] for n, s in profile.items()},
+            "values": {n: [list(d) for d in s] for n, s in values.items()},
             "io": [
-                {"name": t.name, "mode": "INPUT", "dtype": t.dtype.name, "shape": list(t.shape)}
+                {"name": t.name, "mode": "INPUT", "dtype": t.dtype.name, "shape": list(t.shape),
+                 "location": "HOST" if t.is_shape_tensor else "DEVICE"}
                 for t in network._inputs
             ]
             + [
@@ -843,7 +868,7 @@ class ICudaEngine:
         self._session: Any = None
 
     num_io_tensors = property(lambda self: len(self._names))
-    num_optimization_profiles = property(lambda self: 1 if self._body["profile"] else 0)
+    num_optimization_profiles = property(lambda self: 1 if self._body["profile"] or self._body.get("values") else 0)
 
     def get_tensor_name(self, index: int) -> str:
         return self._names[index]
@@ -859,6 +884,13 @@ class ICudaEngine:
 
     def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[Dims]:
         return [Dims(d) for d in self._body["profile"].get(name, [])]
+
+    def get_tensor_location(self, name: str) -> TensorLocation:
+        return TensorLocation[self._io[name].get("location", "DEVICE")]
+
+    def is_shape_inference_io(self, name: str) -> bool:
+        """An input whose values are read on the host to infer shapes (a shape tensor)."""
+        return name in self._io and self.get_tensor_location(name) == TensorLocation.HOST
 
     def create_execution_context(self) -> IExecutionContext:
         return IExecutionContext(self)
@@ -992,20 +1024,48 @@ class IExecutionContext:
         self._shapes[name] = dims
         return True
 
+    def _host_values(self, name: str) -> np.ndarray:
+        """A shape tensor's values, read from the host memory its address points at (TensorRT reads them on
+        the host, at shape inference and at enqueue)."""
+        import ctypes
+
+        host = _host_type(self.engine.get_tensor_dtype(name))
+        count = volume(self._shapes.get(name, self.engine.get_tensor_shape(name)))
+        raw = ctypes.string_at(self._addresses[name], count * host.itemsize) if count else b""
+        return np.frombuffer(raw, dtype=host).reshape(self._shapes.get(name, ())).copy()
+
+    def _out_of_profile(self) -> str | None:
+        bounds = self.engine._body.get("values") or {}
+        for name in self._inputs():
+            if self.engine.is_shape_inference_io(name) and name in bounds:
+                lo, _opt, hi = bounds[name]
+                got = [int(v) for v in self._host_values(name).reshape(-1)]
+                if any(not (a <= v <= b) for a, v, b in zip(lo, got, hi, strict=True)):
+                    return f"shape tensor {name} values {got} are outside the profile [{lo}, {hi}]"
+        return None
+
+    def _ready(self) -> bool:
+        """Every input has a shape, and every shape tensor an address (its values)."""
+        return all(n in self._shapes and (n in self._addresses or not self.engine.is_shape_inference_io(n))
+                   for n in self._inputs())
+
     def _output_shape_table(self) -> dict[str, Dims]:
-        key = tuple(sorted(self._shapes.items()))
+        shape_inputs = [n for n in self._inputs() if self.engine.is_shape_inference_io(n)]
+        values = {n: tuple(int(v) for v in self._host_values(n).reshape(-1)) for n in shape_inputs}
+        key = (tuple(sorted(self._shapes.items())), tuple(sorted(values.items())))
         if key not in self._output_shapes:
-            zeros = {
-                n: np.zeros(self._shapes[n], dtype=_host_type(self.engine.get_tensor_dtype(n)))
+            feeds = {
+                n: self._host_values(n) if n in values else
+                np.zeros(self._shapes[n], dtype=_host_type(self.engine.get_tensor_dtype(n)))
                 for n in self._inputs()
             }
-            self._output_shapes[key] = {n: Dims(a.shape) for n, a in self.engine._run(zeros).items()}
+            self._output_shapes[key] = {n: Dims(a.shape) for n, a in self.engine._run(feeds).items()}
         return self._output_shapes[key]
 
     def get_tensor_shape(self, name: str) -> Dims:
         if self.engine.get_tensor_mode(name) == TensorIOMode.INPUT:
             return self._shapes.get(name, self.engine.get_tensor_shape(name))
-        if any(n not in self._shapes for n in self._inputs()):
+        if not self._ready() or self._out_of_profile():
             return self.engine.get_tensor_shape(name)
         return self._output_shape_table()[name]
 
@@ -1035,8 +1095,15 @@ class IExecutionContext:
         if any(n not in self._addresses for n in names) or any(n not in self._shapes for n in self._inputs()):
             self.engine._logger.log(_Severity.ERROR, "enqueueV3: not every tensor has a shape and an address")
             return False
+        problem = self._out_of_profile()
+        if problem:
+            self.engine._logger.log(_Severity.ERROR, f"enqueueV3: {problem}")
+            return False
         feeds = {}
         for name in self._inputs():
+            if self.engine.is_shape_inference_io(name):  # host memory: read in place, never copied to the device
+                feeds[name] = self._host_values(name)
+                continue
             host = np.empty(self._shapes[name], dtype=_host_type(self.engine.get_tensor_dtype(name)))
             if host.nbytes:
                 (err,) = rt.cudaMemcpy(

@@ -4,9 +4,10 @@ engines run through cuda-python, references from ONNX Runtime. ``tensorrt`` is i
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -240,7 +241,8 @@ class TensorRTBackend(Backend):
                 if not parser.parse_from_file(str(model)) or parser.num_errors:
                     raise fail(f"ONNX parser rejected {model.name}: " + "; ".join(_parser_errors(parser)))
                 config = builder.create_builder_config()
-                lines += _add_profile(builder, network, config, spec.profile, fail)
+                shape_tensors = {n for n, given in spec.inputs.items() if given.get("shape_tensor")}
+                lines += _add_profile(builder, network, config, spec.profile, fail, shape_tensors)
                 lines += apply_settings(trt, config, settings)
                 config.build_route = route
                 readback = str(config.build_route or "")
@@ -371,17 +373,27 @@ def _parser_error_text(parser_error: Any) -> str:
 
 
 def _add_profile(
-    builder: Any, network: Any, config: Any, profile: Mapping[str, Mapping[str, list[int]]], fail: Any
+    builder: Any, network: Any, config: Any, profile: Mapping[str, Mapping[str, list[int]]], fail: Any,
+    shape_tensors: Collection[str] = (),
 ) -> list[str]:
-    """One optimization profile from ``profile`` ({input: {min, opt, max}}), checked against the network."""
-    inputs = {}
+    """One optimization profile from ``profile`` ({input: {min, opt, max}}), checked against the network. For a
+    shape tensor (declared ``shape_tensor`` in the manifest, and read as one by TensorRT) the entry holds its
+    values: ``set_shape_input``, not ``set_shape``."""
+    inputs: dict[str, tuple[int, ...]] = {}
+    values: dict[str, tuple[int, ...]] = {}  # shape tensors: their own (static) shapes
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
-        if tensor.is_shape_tensor:  # its values are a shape: set_shape_input and host memory, not handled yet
-            raise fail(f"input {tensor.name} is a shape tensor (its values are a shape, fed from host memory): "
-                       "trt-routes does not tune models with shape-tensor inputs yet")
-        inputs[tensor.name] = tuple(int(d) for d in tensor.shape)
-    unknown = sorted(set(profile) - set(inputs))
+        own = tuple(int(d) for d in tensor.shape)
+        if bool(tensor.is_shape_tensor) != (tensor.name in shape_tensors):
+            read = "reads it as a shape tensor (its values are a shape)" if tensor.is_shape_tensor else \
+                "reads it as a data tensor"
+            raise fail(f"input {tensor.name}: TensorRT {read}, the manifest says shape_tensor: "
+                       f"{str(tensor.name in shape_tensors).lower()}",
+                       f"write shape_tensor: {str(bool(tensor.is_shape_tensor)).lower()} under the model's "
+                       f"inputs: {tensor.name} (a shape tensor's profile entries give its values, as trtexec's "
+                       "--shapes does)")
+        (values if tensor.is_shape_tensor else inputs)[tensor.name] = own
+    unknown = sorted(set(profile) - set(inputs) - set(values))
     if unknown:
         raise fail(
             f"shape profile names inputs the model does not have: {unknown}; model inputs: {sorted(inputs)}"
@@ -389,6 +401,9 @@ def _add_profile(
     uncovered = sorted(n for n, dims in inputs.items() if any(d < 0 for d in dims) and n not in profile)
     if uncovered:
         raise fail(f"dynamic inputs without shapes in the profile: {uncovered}")
+    unset = sorted(n for n in values if n not in profile)
+    if unset:
+        raise fail(f"shape tensors without values in the profile: {unset}")
     if not profile:
         return []
     opt_profile = builder.create_optimization_profile()
@@ -397,6 +412,17 @@ def _add_profile(
         dims = profile[name]
         opt = list(dims["opt"])
         lo, hi = list(dims.get("min", opt)), list(dims.get("max", opt))
+        if name in values:  # a shape tensor: the entry holds its values, one per element
+            count = math.prod(values[name])
+            if any(len(p) != count for p in (lo, opt, hi)):
+                raise fail(f"shape tensor {name} of shape {list(values[name])} takes {count} value(s), the profile "
+                           f"gives {len(lo)}/{len(opt)}/{len(hi)} (min/opt/max)")
+            try:
+                opt_profile.set_shape_input(name, lo, opt, hi)
+            except (RuntimeError, ValueError, TypeError) as exc:
+                raise fail(f"shape tensor {name}: TensorRT rejected min/opt/max values {lo}/{opt}/{hi}: {exc}") from exc
+            lines.append(f"profile {name} (shape tensor values): min={lo} opt={opt} max={hi}")
+            continue
         declared = inputs[name]
         for label, shape in (("min", lo), ("opt", opt), ("max", hi)):
             if len(shape) != len(declared):
@@ -418,3 +444,4 @@ def _add_profile(
     if config.add_optimization_profile(opt_profile) < 0:
         raise fail("TensorRT rejected the optimization profile")
     return lines
+

@@ -93,6 +93,10 @@ class TensorRTRunner:
         self._types: dict[str, Any] = {name: engine.get_tensor_dtype(name) for name in names}
         self._dtypes: dict[str, np.dtype[Any]] = {name: host_dtype(trt, t) for name, t in self._types.items()}
         self._shapes: dict[str, tuple[int, ...]] = {}
+        #: shape tensors' values, in host memory TensorRT reads (their profile entries give the first ones)
+        self._values: dict[str, np.ndarray] = {
+            n: np.ascontiguousarray(shapes.get(n, ()), dtype=self._dtypes[n])
+            for n in self.inputs if engine.is_shape_inference_io(n)}
         self._stream = self._call(self._rt.cudaStreamCreate(), "cudaStreamCreate")
         try:
             self._configure({n: tuple(shapes[n]) for n in self.inputs if n in shapes})
@@ -115,6 +119,13 @@ class TensorRTRunner:
         self._drop_graph()
         with self._logger.capture() as log:
             for name in self.inputs:
+                if name in self._values:  # its shape is static; its values are read from host memory
+                    static = tuple(int(d) for d in self._engine.get_tensor_shape(name))
+                    if not self._context.set_input_shape(name, static) or \
+                            not self._context.set_tensor_address(name, self._values[name].ctypes.data):
+                        raise TensorRTRunError(f"engine rejected the values {self._values[name].tolist()} of "
+                                               f"shape tensor {name}" + _said(log))
+                    continue
                 shape = input_shapes.get(name)
                 if shape is None:
                     shape = tuple(self._engine.get_tensor_shape(name))
@@ -122,8 +133,12 @@ class TensorRTRunner:
                         raise TensorRTRunError(f"input {name} is dynamic {shape} and no shape was given for it")
                 if not self._context.set_input_shape(name, shape):
                     raise TensorRTRunError(f"engine rejected shape {list(shape)} for input {name}" + _said(log))
-            for name in self.inputs + self.outputs:
+            for name in [n for n in self.inputs if n not in self._values] + self.outputs:
                 shape = tuple(int(d) for d in self._context.get_tensor_shape(name))
+                if any(d < 0 for d in shape) and self._values:
+                    given = ", ".join(f"{n}={v.tolist()}" for n, v in self._values.items())
+                    raise TensorRTRunError(f"output {name} has no shape for the shape tensor values {given}: are "
+                                           "they within the profile's min and max?" + _said(log))
                 if any(d < 0 for d in shape):
                     raise TensorRTRunError(
                         f"output {name} has a data-dependent shape {shape}; "
@@ -150,9 +165,12 @@ class TensorRTRunner:
         missing = [n for n in self.inputs if n not in feeds]
         if missing:
             raise TensorRTRunError(f"missing inputs {missing}; engine inputs: {self.inputs}")
-        hosts = {n: self._host_input(n, feeds[n]) for n in self.inputs}
-        wanted = {n: tuple(feeds[n].shape) for n in self.inputs if not self._packed(n)}
-        if any(self._shapes.get(n) != s for n, s in wanted.items()):
+        hosts = {n: self._host_input(n, feeds[n]) for n in self.inputs if n not in self._values}
+        wanted = {n: tuple(feeds[n].shape) for n in hosts if not self._packed(n)}
+        values = {n: np.ascontiguousarray(feeds[n], dtype=self._dtypes[n]) for n in self._values}
+        changed = [n for n, v in values.items() if not np.array_equal(v, self._values[n])]
+        self._values.update({n: values[n] for n in changed})  # the next enqueue reads them where they are
+        if changed or any(self._shapes.get(n) != s for n, s in wanted.items()):
             self._configure({**{n: self._shapes[n] for n in self.inputs if n in self._shapes}, **wanted})
         kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
         for name, host in hosts.items():
