@@ -217,25 +217,28 @@ class _Run:
                     batch.append(group)
             if not batch:
                 return
-            tests = [(half, self.without(half)) for group in batch for half in _halves(group)]
-            outcomes = self.ask([self.s.route_of(a) for _, a in tests])
+            halves = [half for group in batch for half in _halves(group)]
+            outcomes = self.ask([self.s.route_of(self.without(half)) for half in halves])
             free = self.inc_out.median_ms * (1 + GAIN / 2)  # type: ignore[operator]
-            drops: list[tuple[float, list[Unit], dict[str, str], Outcome]] = []
-            for i in range(0, len(tests), 2):
-                pair = [(o.median_ms, half, assign, o) for (half, assign), o in zip(tests[i:i + 2], outcomes[i:i + 2],
-                                                                                     strict=True) if _ok(o)]
-                cheap = [p for p in pair if p[0] < free]  # type: ignore[operator]
-                if cheap:
-                    drops.append(min(cheap, key=lambda p: p[0]))  # type: ignore[arg-type, return-value]
-                work.extend(half for _, half, _, _ in pair if len(half) > 1 and not any(half is d[1] for d in drops))
+            drops: list[tuple[float, list[Unit]]] = []  # (the incumbent's time without the half, the half)
+            for i in range(0, len(halves), 2):  # each group's two halves
+                timed = [(o.median_ms, half) for half, o in zip(halves[i:i + 2], outcomes[i:i + 2], strict=True)
+                         if _ok(o) and o.median_ms is not None]
+                cheap = min((t for t in timed if t[0] < free), default=None, key=lambda t: t[0])
+                if cheap is not None:
+                    drops.append(cheap)
+                work.extend(half for _, half in timed if len(half) > 1 and (cheap is None or half is not cheap[1]))
             if not drops:
                 continue
-            together = self.without([u for _, half, _, _ in drops for u in half])
-            (outcome,) = self.ask([self.s.route_of(together)])
-            if len(drops) > 1 and _ok(outcome) and outcome.median_ms < free:  # type: ignore[operator]
-                self.inc, self.inc_out = together, outcome
-            else:
-                _, _, self.inc, self.inc_out = min(drops, key=lambda d: d[0])  # type: ignore[arg-type, return-value]
+            drops.sort(key=lambda d: d[0])
+            if len(drops) > 1:
+                together = self.without([u for _, half in drops for u in half])
+                (outcome,) = self.ask([self.s.route_of(together)])
+                if _ok(outcome) and outcome.median_ms < free:  # type: ignore[operator]
+                    self.inc, self.inc_out = together, outcome
+                    continue
+            self.inc = self.without(drops[0][1])  # the best single drop
+            self.inc_out = self.ask.known[self.s.route_of(self.inc)]
 
     def without(self, part: Sequence[Unit]) -> dict[str, str]:
         """The incumbent with ``part``'s knobs back at the centre's values (or their defaults)."""
