@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -94,3 +95,19 @@ def reshape_model(path: Path) -> str:
 #: x's dims and s's values at min/opt/max (s: the shape of the output, [N, 3, 4])
 RESHAPE_PROFILE = {"x": {"min": [1, 12], "opt": [2, 12], "max": [4, 12]},
                    "s": {"min": [1, 3, 4], "opt": [2, 3, 4], "max": [4, 3, 4]}}
+
+
+def exported_reshape_model(path: Path) -> str:
+    """``reshape_model``'s computation exported by the real ``torch.onnx.export`` (TorchScript exporter): ``s``
+    reaches the Reshape through Gather, Unsqueeze and Concat, as exporters write it."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+
+    class Reshape(torch.nn.Module):
+        def forward(self, x: Any, s: Any) -> Any:
+            return torch.relu(x.reshape(s[0], s[1], s[2]))
+
+    torch.onnx.export(Reshape(), (torch.zeros(2, 12), torch.tensor([2, 3, 4])), str(path), input_names=["x", "s"],
+                      output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}}, dynamo=False, opset_version=17)
+    return str(path)

@@ -24,6 +24,7 @@ from _trt_models import (
     cast_model,
     conv_model,
     custom_op_model,
+    exported_reshape_model,
     reshape_model,
 )
 
@@ -485,13 +486,15 @@ def test_bad_profiles_are_build_errors(
     assert needle in info.value.message
 
 
-def test_a_shape_tensor_input_gets_its_values_from_the_profile_and_host_memory(trt: ModuleType,
-                                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize("make", [reshape_model, exported_reshape_model], ids=["onnx-helper", "torch.onnx.export"])
+def test_a_shape_tensor_input_gets_its_values_from_the_profile_and_host_memory(trt: ModuleType, tmp_path: Path,
+                                                                              make: Any) -> None:
     """An input whose values are a shape (Reshape's shape input; ITensor.is_shape_tensor) declared
     ``shape_tensor`` gets IOptimizationProfile.set_shape_input with the profile's values, and at run time host
     memory (ICudaEngine.is_shape_inference_io; both names checked against the real bindings by the conformance
-    test). New values reshape the outputs; values outside the profile are a clear error."""
-    model = reshape_model(tmp_path / "r.onnx")
+    test). New values reshape the outputs; values outside the profile are a clear error. The exporter's model
+    reaches the Reshape through Gather/Unsqueeze/Concat: still a shape tensor, as TensorRT finds it."""
+    model = make(tmp_path / "r.onnx")
     inputs = {"x": {"dtype": "float32"}, "s": {"dtype": "int64", "shape_tensor": True}}
     spec = spec_for(model, tmp_path, profile=RESHAPE_PROFILE, inputs=inputs)
     engine = tmp_path / "e.engine"
@@ -1064,6 +1067,15 @@ def test_gpu_fields_fall_back_to_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- end to end ------------------------------------------------------------------------------------
+def _apply_in_workers(root: Path) -> None:
+    """`trt-routes apply` on ``root``/tuning.yaml in a subprocess whose spawned workers import the stand-ins
+    (through its PYTHONPATH); it must succeed."""
+    env = {**os.environ, "PYTHONPATH": str(STANDIN), "XDG_CACHE_HOME": str(root / "xdg")}
+    done = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "-m", str(root / "tuning.yaml")],
+                          capture_output=True, text=True, env=env, cwd=root, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.slow  # an apply end to end
 def test_apply_end_to_end_in_isolated_workers(trt: ModuleType, tmp_path: Path) -> None:
     """`trt-routes apply` builds and measures in spawned workers; the stand-ins reach them through the
@@ -1082,17 +1094,7 @@ models:
     path: m.onnx
     shapes: {{dyn: {{x: {{min: [1, 3, 8, 8], opt: [2, 3, 8, 8], max: [4, 3, 8, 8]}}}}}}
 """)
-    env = {**os.environ, "PYTHONPATH": str(STANDIN), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    done = subprocess.run(
-        [sys.executable, "-m", "trt_routes.cli.app", "apply", "-m", str(tmp_path / "tuning.yaml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    _apply_in_workers(tmp_path)
     engines = sorted((tmp_path / "engines").rglob("*.engine"))
     assert len(engines) == 1
     built = trt.inspect_engine(engines[0].read_bytes())
@@ -1126,10 +1128,7 @@ models:
     shapes: {{p: {json.dumps(RESHAPE_PROFILE)}}}
     inputs: {{s: {{dtype: int64, shape_tensor: true}}}}
 """)
-    env = {**os.environ, "PYTHONPATH": str(STANDIN), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    done = subprocess.run([sys.executable, "-m", "trt_routes.cli.app", "apply", "-m", str(tmp_path / "tuning.yaml")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    _apply_in_workers(tmp_path)
     (engine,) = sorted((tmp_path / "engines").rglob("*.engine"))
     assert trt.inspect_engine(engine.read_bytes())["values"] == {"s": [[1, 3, 4], [2, 3, 4], [4, 3, 4]]}
     assert "r/p/h200" in Lockfile.read(tmp_path / "tuning.lock").jobs

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from _project import FAST, cli, edit_manifest, write_manifest
-from _trt_models import RESHAPE_PROFILE, reshape_model
+from _trt_models import RESHAPE_PROFILE, exported_reshape_model, reshape_model
 
 from trt_routes.lockfile import Lockfile
 
 
-def _manifest(root: Path, **inputs: Any) -> Path:
-    reshape_model(root / "r.onnx")
+def _manifest(root: Path, make: Any = reshape_model, **inputs: Any) -> Path:
+    make(root / "r.onnx")
     return write_manifest(root, {
         "schema_version": 1, "measurement": FAST,
         "switch_groups": {"g": "-graph_optimization_level=[basic|all]"},
@@ -28,12 +28,13 @@ def _manifest(root: Path, **inputs: Any) -> Path:
     })
 
 
-def test_a_shape_tensor_is_fed_its_profile_values_at_every_point(tmp_path: Path) -> None:
-    manifest = _manifest(tmp_path)
+@pytest.mark.parametrize("make", [reshape_model, exported_reshape_model], ids=["onnx-helper", "torch.onnx.export"])
+def test_a_shape_tensor_is_fed_its_profile_values_at_every_point(tmp_path: Path, make: Any) -> None:
+    manifest = _manifest(tmp_path, make)
     code, out = cli("apply", "-m", str(manifest))
     assert code == 0, out
     entry = Lockfile.read(tmp_path / "tuning.lock").jobs["r/p/cpu"]
-    assert entry["route"] in ("", "-graph_optimization_level=all")
+    assert entry["route"] in ("", "-graph_optimization_level=basic", "-graph_optimization_level=all")
     from trt_routes.evidence.inputs import make_inputs
     from trt_routes.project import open_project
 

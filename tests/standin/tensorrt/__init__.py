@@ -535,13 +535,38 @@ class OnnxParser:
             return False
         initializers = {t.name for t in proto.graph.initializer}
         net = self._network
-        shape_inputs = {n.input[1] for n in proto.graph.node if n.op_type in ("Reshape", "Expand") and len(n.input) > 1}
+        shape_inputs = _shape_values(proto.graph.node)
         net._inputs = [_tensor(v, v.name in shape_inputs) for v in proto.graph.input if v.name not in initializers]
         net._outputs = [_tensor(v) for v in proto.graph.output]
         net._ops = [n.op_type for n in proto.graph.node]
         net._layers = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(proto.graph.node)]
         net._model = bytes(model)
         return True
+
+
+#: node inputs whose values are a shape, and the ops whose first (Gather, Unsqueeze...) or every (Concat, Cast...)
+#: input carries those values on (what torch.onnx.export writes between a shape input and its Reshape)
+_SHAPE_OPERANDS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,)}
+_CARRY_FIRST = ("Gather", "Unsqueeze", "Squeeze", "Slice")
+_CARRY_ALL = ("Concat", "Cast", "Identity")
+
+
+def _shape_values(nodes: Any) -> set[str]:
+    """Every tensor whose values flow into a shape operand, as TensorRT finds a network's shape tensors."""
+    producer = {out: node for node in nodes for out in node.output}
+    stack = [n.input[i] for n in nodes for i in _SHAPE_OPERANDS.get(n.op_type, ()) if i < len(n.input)]
+    found: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in found:
+            continue
+        found.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type in _CARRY_FIRST:
+            stack.append(node.input[0])
+        elif node is not None and node.op_type in _CARRY_ALL:
+            stack.extend(node.input)
+    return found
 
 
 def _tensor(value: Any, shape_tensor: bool = False) -> ITensor:
