@@ -258,7 +258,6 @@ class AdaptiveSearch(Search):
                      if v != assign.get(t.option, self._default(t.option))]
             self._screens[centre] = GroupScreen(
                 assign, units, self.budget or 0, self._routes.route,
-                {t.option: self._default(t.option) for t in self._routes.varied},
                 last=lambda u: f"{u[0]}={u[1]}" in self.avoid)  # failed for related jobs: screened last
         return self._screens[centre]
 

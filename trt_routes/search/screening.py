@@ -28,7 +28,7 @@ __all__ = ["Ask", "GroupScreen", "Unit", "split_by_knob"]
 import contextlib
 import math
 import statistics
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from trt_routes.search.base import Outcome, unique
@@ -98,18 +98,20 @@ def _ok(outcome: Outcome | None) -> bool:
 
 class GroupScreen:
     """The procedure above over ``units`` (changes to ``centre``), within ``budget`` builds. ``route_of`` turns
-    an assignment into a route; ``defaults`` are the knobs' defaults; ``last`` marks units screened after all
-    others (values that failed for related jobs)."""
+    an assignment into a route (a knob it leaves out is at its default); ``last`` marks units screened after
+    all others (values that failed for related jobs)."""
 
     def __init__(self, centre: Mapping[str, str], units: Sequence[Unit], budget: int,
-                 route_of: Callable[[Mapping[str, str]], str], defaults: Mapping[str, str],
-                 last: Callable[[Unit], bool] = lambda u: False) -> None:
+                 route_of: Callable[[Mapping[str, str]], str], last: Callable[[Unit], bool] = lambda u: False) -> None:
         self.centre = dict(centre)
         self.budget = budget
         self.route_of = route_of
-        self.defaults = defaults
         # every knob's first value before its second: groups mix knobs, not values; ``last`` units after all
-        rank = {u: sum(1 for o, _ in units[:i] if o == u[0]) for i, u in enumerate(units)}
+        seen: Counter[str] = Counter()
+        rank = {}
+        for unit in units:
+            rank[unit] = seen[unit[0]]
+            seen[unit[0]] += 1
         self.units = sorted(units, key=lambda u: (last(u), rank[u]))
         first = [u for u in self.units if not last(u)]
         self.size = max(1, math.ceil(len(self.units) / max(1, min(len(self.units), int(budget * FIRST_LEVEL)))))
@@ -160,8 +162,9 @@ class _Run:
     def screen(self, queue: deque[list[Unit]], cap: int) -> None:
         while queue and self.ask.used < cap:
             batch: list[list[Unit]] = []
+            moved = self.moved()  # the incumbent changes between batches only
             while queue and self.ask.used + len(batch) < cap:
-                group = [u for u in queue.popleft() if u[0] not in self.moved()]
+                group = [u for u in queue.popleft() if u[0] not in moved]
                 if group:
                     batch.append(group)
             if not batch:
@@ -244,5 +247,8 @@ class _Run:
         """The incumbent with ``part``'s knobs back at the centre's values (or their defaults)."""
         assign = dict(self.inc)
         for option, _ in part:
-            assign[option] = self.s.centre.get(option, self.s.defaults.get(option, ""))
+            if option in self.s.centre:
+                assign[option] = self.s.centre[option]
+            else:
+                assign.pop(option, None)
         return assign
