@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from trt_routes.cli.app import app
 from trt_routes.project import open_project
-from trt_routes.report.formats import SCHEMAS
+from trt_routes.report.formats import DESCRIPTIONS
 
 
 def _no_constants(name: str) -> float:
@@ -84,7 +84,7 @@ def test_every_reading_command_prints_one_valid_document(a: Path, tmp_path: Path
     assert check("cache-pull", "cache", "pull", remote)["segments"] == 0
     recovered = check("cache-recover", "cache", "recover")  # a healthy cache: every row comes across
     assert recovered["rows"]["trials"] == 10 and not sum(recovered["lost"].values())
-    assert seen == set(SCHEMAS) - {"error"}
+    assert seen == set(DESCRIPTIONS) - {"error"}
 
 
 def test_a_fresh_apply_and_a_failing_check_are_documents_too(tiny_models: dict[str, Path], tmp_path: Path) -> None:
@@ -97,14 +97,14 @@ def test_a_fresh_apply_and_a_failing_check_are_documents_too(tiny_models: dict[s
     assert done["built"] == 5 and done["lock_written"] and [j["job"] for j in done["jobs"]] == ["cnn/bs1/cpu"]
 
 
-def test_non_finite_numbers_become_null_with_a_reason(a: Path) -> None:
-    """A trial whose outputs were NaN (losses inf/nan): explain --json stays strict JSON."""
+def test_non_finite_numbers_become_null(a: Path) -> None:
+    """A trial whose outputs were NaN (losses inf/nan): explain --json stays strict JSON; its verdict says why."""
     with open_project(a).open_cache() as cache:
         trial = next(t for t in cache.trials_for_job("cnn/bs1/cpu") if t.route != "")
         cache.add_trial(dataclasses.replace(trial, losses={"output": {"cos": math.inf, "lInf": math.nan}}))
     doc = run_json("explain", "cnn/bs1/cpu", "--json", "-m", str(a))
     (shown,) = [t for t in doc["trials"] if t["route"] == trial.route]
-    assert shown["losses"]["output"] == {"cos": None, "cos_reason": "inf", "lInf": None, "lInf_reason": "nan"}
+    assert shown["losses"]["output"] == {"cos": None, "lInf": None} and shown["verdict"]
 
 
 def test_errors_are_json_documents_with_the_exit_code(a: Path, tmp_path: Path) -> None:
@@ -142,6 +142,6 @@ def test_schema_without_format_is_still_the_manifest_schema() -> None:
     data = json.loads(result.stdout)
     assert "models" in data["properties"] and "format" not in data.get("properties", {})
     listed = CliRunner().invoke(app, ["schema", "--format", "list"])
-    assert listed.exit_code == 0 and all(f"trt-routes/{n}@1" in listed.stdout for n in SCHEMAS)
+    assert listed.exit_code == 0 and all(f"trt-routes/{n}@1" in listed.stdout for n in DESCRIPTIONS)
     bad = CliRunner().invoke(app, ["schema", "--format", "plam"])
     assert bad.exit_code == 2 and "no JSON format 'plam'" in bad.output

@@ -49,11 +49,10 @@ def schema(
     """Print the JSON Schema of tuning.yaml (for editors), or with --format that of a --json output."""
     from trt_routes.files.artifacts import atomic_write_text
     from trt_routes.manifest.load import manifest_json_schema
-    from trt_routes.report.formats import SCHEMAS, format_id, schema_for
+    from trt_routes.report.formats import DESCRIPTIONS, format_id, schema_for
 
     if fmt == "list":
-        typer.echo("\n".join(f"{name}  ({format_id(name)}): {SCHEMAS[name]['description']}"
-                              for name in sorted(SCHEMAS)))
+        typer.echo("\n".join(f"{name}  ({format_id(name)}): {DESCRIPTIONS[name]}" for name in sorted(DESCRIPTIONS)))
         return
     data = schema_for(fmt) if fmt is not None else manifest_json_schema()
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"

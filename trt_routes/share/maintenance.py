@@ -27,6 +27,7 @@ from trt_routes.cache.schema import DERIVED_TABLES
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError
 from trt_routes.files.artifacts import stale_leftovers
+from trt_routes.share import AS_DOCUMENT
 from trt_routes.share.merge import exclusive
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ def lock_refs(project: Project) -> tuple[set[str], set[str], set[str]]:
 # -- stats ---------------------------------------------------------------------------------------------
 @dataclass
 class Stats:
+    __pydantic_config__ = AS_DOCUMENT
+
     path: str
     db_bytes: int
     trials: int
@@ -116,6 +119,8 @@ def stats(project: Project) -> Stats:
 # -- gc ------------------------------------------------------------------------------------------------
 @dataclass
 class GcReport:
+    __pydantic_config__ = AS_DOCUMENT
+
     dry_run: bool
     trials: int = 0
     signatures: list[str] = field(default_factory=list)
@@ -250,6 +255,8 @@ def verify(project: Project, *, evict: bool = True) -> VerifyReport:
 # -- recover -------------------------------------------------------------------------------------------
 @dataclass
 class RecoverReport:
+    __pydantic_config__ = AS_DOCUMENT
+
     path: str
     damaged: str  # where the damaged file was kept
     rows: dict[str, int] = field(default_factory=dict)  # table -> rows salvaged

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from trt_routes.cache.store import CacheStore, TrialRecord, now
 from trt_routes.files.artifacts import BlobStore
 from trt_routes.project import exclusive as project_exclusive
+from trt_routes.share import AS_DOCUMENT
 from trt_routes.share.bundle import read_bundle, write_bundle
 from trt_routes.share.profiles import install_profiles, profiles_of
 from trt_routes.share.rows import (
@@ -45,6 +46,8 @@ _CHUNK = 400
 @dataclass
 class MergeReport:
     """What one merge did."""
+
+    __pydantic_config__ = AS_DOCUMENT
 
     source: str
     added: int = 0
@@ -277,6 +280,8 @@ def exclusive(project: Project, what: str) -> Iterator[None]:
 # -- export / import --------------------------------------------------------------------------------
 @dataclass
 class ExportReport:
+    __pydantic_config__ = AS_DOCUMENT
+
     path: str
     trials: int
     signatures: int

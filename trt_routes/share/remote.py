@@ -26,6 +26,7 @@ from trt_routes.cache.store import CacheStore, now
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError, UsageError
 from trt_routes.files.artifacts import BlobStore
+from trt_routes.share import AS_DOCUMENT
 from trt_routes.share.bundle import read_bundle, write_bundle
 from trt_routes.share.merge import (
     check_searches,
@@ -228,6 +229,8 @@ def _state(cache: CacheStore, url: str, kind: str) -> set[str]:
 # -- push ---------------------------------------------------------------------------------------------
 @dataclass
 class PushReport:
+    __pydantic_config__ = AS_DOCUMENT
+
     url: str
     trials: int = 0
     segment: str | None = None
@@ -318,6 +321,8 @@ def push(project: Project, url: str, options: dict[str, str] | None = None, *, a
 # -- pull ---------------------------------------------------------------------------------------------
 @dataclass
 class PullReport:
+    __pydantic_config__ = AS_DOCUMENT
+
     url: str
     segments: int = 0
     added: int = 0
