@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,18 @@ from trt_routes.signature import Environment, Signature, job_signature
 #: ``absent``: the target's hardware is not on this machine (skipped, other machines run it);
 #: ``invalid``: something in the manifest or its files must be fixed first.
 BLOCK_KINDS = ("unavailable", "absent", "invalid")
+
+
+class PlanAction(StrEnum):
+    """What a plan does with a job (``plan.diff.JobPlan``); defined here, beside the job, so that the JSON
+    documents can name it without importing the planner."""
+
+    UP_TO_DATE = "up-to-date"
+    TUNE = "tune"  # routes to build
+    RESELECT = "reselect"  # every route cached: select and lock, no builds
+    MATERIALIZE = "materialize"  # the lock stands; its engine is written again
+    BLOCKED = "blocked"  # cannot run here (Job.blocked)
+    SKIPPED = "skipped"  # its hardware is absent here: another machine runs it
 
 
 #: Mode ``full`` without max_builds or max_minutes over more routes than this is refused (``check_full_size``).

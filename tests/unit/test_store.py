@@ -13,6 +13,7 @@ from trt_routes import canonical
 from trt_routes.cache.schema import SCHEMA_VERSION
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import CacheError, LockfileError
+from trt_routes.evidence import TrialStatus
 from trt_routes.lockfile import Lockfile
 from trt_routes.signature import Signature
 
@@ -20,7 +21,7 @@ from trt_routes.signature import Signature
 def rec(i: int, group: str = "g") -> TrialRecord:
     return TrialRecord(id=f"t{i}", group_key=group, job="m/s/cpu", route=f"-k={i}" if i else "",
                        signature="s", model_digest="m", shape_key="x", settings_key="y", protocol_key="p",
-                       reference_key="r", backend="onnxruntime", status="ok", median_ms=1.0 + i,
+                       reference_key="r", backend="onnxruntime", status=TrialStatus.OK, median_ms=1.0 + i,
                        samples=[1.0, 2.0], losses={"y": {"cos": 0.0}})
 
 
@@ -166,6 +167,11 @@ def test_corrupt_row_is_skipped_with_a_warning(tmp_path: Path) -> None:
         cache.conn.execute("UPDATE trials SET losses = '{broken' WHERE id = 't1'")
         assert list(cache.group("g")) == ["-k=2"]
         assert cache.warnings and "t1" in cache.warnings[0]
+        # a status this version does not know is a corrupt row too; the known ones read back as TrialStatus
+        cache.conn.execute("UPDATE trials SET status = 'great' WHERE id = 't2'")
+        assert cache.group("g") == {} and "'great' is not a valid TrialStatus" in cache.warnings[-1]
+        cache.add_trial(rec(3))
+        assert cache.group("g")["-k=3"].status is TrialStatus.OK
 
 
 def test_lockfile_is_deterministic_and_written_only_on_change(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.facts import Front, batch_of
 from trt_routes.evidence.noise import busy_summary
 from trt_routes.jobs import Job, find_job
@@ -183,7 +184,7 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
     if job.baseline != DEFAULT_ROUTE or job.baseline_choices:
         lines.append(_baseline_line(job, sel, trials))
     default = trials.get(DEFAULT_ROUTE)
-    fair = default is not None and default.status == "ok" and default.median_ms is not None
+    fair = default is not None and default.status == TrialStatus.OK and default.median_ms is not None
     mg: Margin | None = None
     if sel.winner not in (None, DEFAULT_ROUTE) and fair:
         assert default is not None and sel.winner is not None
@@ -222,7 +223,7 @@ def _baseline_line(job: Job, sel: Selection, trials: dict[str, TrialRecord]) -> 
             shown(r, src) for r, src in job.baseline_choices) + ")"
     if base is None:
         return head + ": not measured yet."
-    if base.status != "ok" or base.median_ms is None:
+    if base.status != TrialStatus.OK or base.median_ms is None:
         return head + f": {base.status} ({base.error or 'no timing'}), so nothing could be compared with it."
     speed = sel.baseline_speedup
     how = ("confirmed side by side" if (sel.confirmation or {}).get("vs_baseline") and sel.winner != route

@@ -19,6 +19,7 @@ from trt_routes.audit.explain import Explanation, explain
 from trt_routes.backends import registry
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.inputs import make_inputs
 from trt_routes.evidence.layers import LayerDiff, LayerProfile, compare, sums_check
 from trt_routes.files.artifacts import atomic_write_text
@@ -138,7 +139,7 @@ def layers(project: Project, name: str) -> LayersReport:
         raise UsageError(f"{name}: the default route has no trial under the job's current keys",
                          "run `trt-routes apply` first")
     route, why = compared_route(ex)
-    if route not in by_route or by_route[route].status != "ok":
+    if route not in by_route or by_route[route].status != TrialStatus.OK:
         raise UsageError(f"{name}: route {describe(route)} has no measured trial here", "run `trt-routes apply`")
     default_t, winner_t = by_route[DEFAULT_ROUTE], by_route[route]
     diff = compare(trial_profile(project, job, default_t), trial_profile(project, job, winner_t))
@@ -167,8 +168,8 @@ def profile_job(project: Project, name: str, route: str | None, fresh: bool = Fa
 
     route = " ".join(f"{k}={v}" for k, v in sorted(parse_route(route).items())) if route else DEFAULT_ROUTE
     trial = trials.get(route)
-    if trial is None or trial.status != "ok":
-        known = ", ".join(describe(r) for r, t in sorted(trials.items()) if t.status == "ok") or "none"
+    if trial is None or trial.status != TrialStatus.OK:
+        known = ", ".join(describe(r) for r, t in sorted(trials.items()) if t.status == TrialStatus.OK) or "none"
         raise UsageError(f"{name}: no measured trial of route {describe(route)} under the job's current keys",
                          f"routes measured: {known}")
     return job, trial_profile(project, job, trial, fresh=fresh)

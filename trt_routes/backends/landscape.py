@@ -26,10 +26,11 @@ from trt_routes import canonical as canon
 from trt_routes.backends.landscape_model import ModelLandscape, replay_catalog, validate_model
 from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError, UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.routes import canonical, parse_route
 
 SCHEMA = "trt-routes/landscape@1"
-STATUSES = ("ok", "crashed", "timeout", "build-error", "accuracy-failed")
+STATUSES = tuple(TrialStatus)
 
 
 class _Strict(BaseModel):
@@ -56,7 +57,7 @@ class LandscapeRoute(_Strict):
     """One recorded route: canonical route string ("" = default), status, samples (ms), losses, build time."""
 
     route: str
-    status: Literal["ok", "crashed", "timeout", "build-error", "accuracy-failed"] = "ok"
+    status: TrialStatus = TrialStatus.OK
     samples_ms: list[float] = Field(default_factory=list)
     losses: dict[str, float | None] = Field(
         default_factory=dict, description="metric -> loss of the one output; null: not finite (NaN/Inf outputs)")
@@ -86,7 +87,7 @@ class LandscapeRoute(_Strict):
 
     @model_validator(mode="after")
     def _ok_has_samples(self) -> LandscapeRoute:
-        if self.status == "ok" and not self.samples_ms:
+        if self.status == TrialStatus.OK and not self.samples_ms:
             raise ValueError(f"route '{self.route}' has status ok but no samples_ms")
         return self
 
@@ -137,7 +138,7 @@ class Landscape:
     def true_median(self, route: str) -> float | None:
         """Median of every recorded sample of an ok route (the "truth" benchmarks score against)."""
         r = self.routes.get(route)
-        if r is None or r.status != "ok":
+        if r is None or r.status != TrialStatus.OK:
             return None
         return float(np.median(r.samples_ms))
 
@@ -149,7 +150,7 @@ class Landscape:
         """``repeats`` blocks of ``iterations`` consecutive recorded samples, each block starting at a
         random offset (wrapping around). Raises KeyError for a route that is absent or not ok."""
         r = self.routes[route]
-        if r.status != "ok":
+        if r.status != TrialStatus.OK:
             raise KeyError(route)
         return draw_blocks(r.samples_ms, iterations, repeats, rng)
 
@@ -160,7 +161,7 @@ class Landscape:
         interleaved rounds, so one position is one moment for all routes: side-by-side re-measurements
         drawn at one position share that moment's contention, as interleaved slots do on hardware."""
         r = self.routes[route]
-        if r.status != "ok":
+        if r.status != TrialStatus.OK:
             raise KeyError(route)
         n = len(r.samples_ms)
         start = int(position * n) % n

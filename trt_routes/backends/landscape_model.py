@@ -41,10 +41,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trt_routes import canonical as canon
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError, UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.routes import canonical, route_dict
 
 FORMAT = "trt-routes/landscape@2"
-FAILED = ("crashed", "build-error", "timeout", "accuracy-failed")
+FAILED = tuple(s for s in TrialStatus if s != TrialStatus.OK)
 
 
 class _Strict(BaseModel):
@@ -154,13 +155,13 @@ class ModelLandscape:
         given = route_dict(route) if isinstance(route, str) else dict(route)
         return {**self.defaults, **given}
 
-    def status(self, route: str | Mapping[str, str]) -> str:
+    def status(self, route: str | Mapping[str, str]) -> TrialStatus:
         """``ok`` or the status of the first failure rule the route holds."""
         full = self.assignment(route)
         for rule in self.data.failures:
             if all(full.get(o) == v for o, v in rule.when.items()):
-                return rule.status
-        return "ok"
+                return TrialStatus(rule.status)
+        return TrialStatus.OK
 
     def profile_name(self, shape: str = "") -> str:
         """The profile a job of shape profile ``shape`` uses (the only one when there is one)."""

@@ -26,6 +26,7 @@ from trt_routes.backends.landscape import Landscape, LandscapeRoute, load_any, r
 from trt_routes.backends.landscape_model import ModelLandscape
 from trt_routes.catalog import Catalog
 from trt_routes.errors import TrtRoutesError
+from trt_routes.evidence import TrialStatus
 
 ENV_VAR = "TRT_ROUTES_LANDSCAPE"
 OUTPUT = "y"
@@ -85,7 +86,7 @@ class ReplayRunner:
         self.output = output_with_losses(recorded.losses)
 
     def run(self, feeds: Feeds) -> Feeds:
-        if self.recorded.status == "accuracy-failed":
+        if self.recorded.status == TrialStatus.ACCURACY_FAILED:
             return {OUTPUT: np.full(_SIZE, np.nan)}
         return {OUTPUT: self.output.copy()}
 
@@ -109,7 +110,7 @@ class ModelRunner:
 
     def __init__(self, land: ModelLandscape, route: str, profile: str, seed: int) -> None:
         self.land, self.route, self.profile, self.seed = land, route, profile, seed
-        self.failed = land.status(route) == "accuracy-failed"
+        self.failed = land.status(route) == TrialStatus.ACCURACY_FAILED
         self.calls = 0
 
     def run(self, feeds: Feeds) -> Feeds:
@@ -165,7 +166,7 @@ class ReplayBackend(Backend):
         land = self.landscape()
         if isinstance(land, ModelLandscape):
             return frozenset()
-        ok = [r for r in land.routes.values() if r.status == "ok"]
+        ok = [r for r in land.routes.values() if r.status == TrialStatus.OK]
         return frozenset.intersection(*(frozenset(r.facts) for r in ok)) if ok else frozenset()
 
     def presets(self) -> tuple[str, ...]:
@@ -199,13 +200,13 @@ class ReplayBackend(Backend):
             build_s = land.data.profiles[profile].build_s
         else:
             recorded = land.get(route)
-            status = "crashed" if recorded is None else recorded.status
+            status = TrialStatus.CRASHED if recorded is None else recorded.status
             build_s = recorded.build_s if recorded is not None else 0.0
-        if status == "crashed":
+        if status == TrialStatus.CRASHED:
             os._exit(70)  # a crashed build: the worker dies, the coordinator records it
-        if status == "timeout":
+        if status == TrialStatus.TIMEOUT:
             time.sleep(10**6)
-        if status == "build-error":
+        if status == TrialStatus.BUILD_ERROR:
             raise RuntimeError(f"recorded build error for route '{route}'")
         Path(engine_path).write_text(json.dumps({"landscape": land.digest, "route": route}), encoding="utf-8")
         return f"replay: route '{route}' from {land.source} (recorded build {build_s:.3g} s)\n"

@@ -26,12 +26,13 @@ from typing import Any, TypeVar
 from trt_routes import __version__
 from trt_routes.cache.schema import SCHEMA_VERSION, migrate
 from trt_routes.errors import CacheError, StorageError
+from trt_routes.evidence import TrialStatus
 
 LIGHT_COLUMNS = ", ".join(
     ["id", "group_key", "job", "route", "signature", "model_digest", "shape_key", "settings_key",
      "protocol_key", "reference_key", "backend", "status", "median_ms", "ci_low", "ci_high", "losses",
      "error", "engine_sha256", "outputs_sha256", "created_at", "build_s"])
-STATUSES = ("ok", "crashed", "timeout", "build-error", "accuracy-failed")
+STATUSES = tuple(TrialStatus)
 
 
 #: Caches up to this size get PRAGMA quick_check when opened (a few ms per MB); larger ones are checked
@@ -109,7 +110,7 @@ class TrialRecord:
     protocol_key: str
     reference_key: str
     backend: str
-    status: str
+    status: TrialStatus
     median_ms: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -142,6 +143,7 @@ class TrialRecord:
             data[key] = json.loads(data.get(key) or empty)
         for key in ("error", "log", "engine_sha256", "outputs_sha256", "source", "tool_version", "host"):
             data[key] = data.get(key) or ""
+        data["status"] = TrialStatus(data["status"])  # a status this version does not know: a corrupt row
         return cls(**data)
 
 

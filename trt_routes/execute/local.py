@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute.base import InFlightRun, Target
 from trt_routes.execute.spawn import Worker
 from trt_routes.execute.tasks import TaskResult
@@ -81,7 +82,7 @@ class LocalExecutor(InFlightRun):
         result, ok = self._worker.receive(timeout)
         self._piped.popleft()
         if not ok:
-            self._worker.kill() if result.status in ("timeout", "crashed") else self._worker.close()
+            self._worker.kill() if result.status in (TrialStatus.TIMEOUT, TrialStatus.CRASHED) else self._worker.close()
             self._worker = None
             self._waiting.extendleft(reversed(self._piped))  # never started: the next worker runs them
             self._piped.clear()

@@ -21,6 +21,7 @@ from typing import Any
 
 from trt_routes.backends.base import SPARE_CPUS_VAR
 from trt_routes.errors import UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute.base import InFlightRun, Target, target_device, task_target
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.tasks import TaskResult
@@ -136,7 +137,8 @@ class _SlotRunner:
             try:
                 result = self.executor.run(task, timeout)
             except BaseException as exc:  # never lose a ticket: the coordinator waits for it
-                result = TaskResult(status="crashed", error=f"executor error: {exc}", log=traceback.format_exc())
+                result = TaskResult(status=TrialStatus.CRASHED, error=f"executor error: {exc}",
+                                    log=traceback.format_exc())
             result.meta = {**result.meta, "worker": self.slot.name}
             self._results.put((ticket, self.slot.name, result))
 

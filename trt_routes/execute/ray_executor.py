@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trt_routes.errors import BackendUnavailable, UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute import remote
 from trt_routes.execute.base import ExecutionConfig, InFlightRun, Target, task_target
 from trt_routes.execute.pool import THREAD_VARS
@@ -231,7 +232,7 @@ class RayExecutor(InFlightRun):
                     self._launch(flight)  # elsewhere, wherever Ray finds the resources
                     continue
                 tries = len(flight.causes)
-                result = TaskResult(status="crashed", error=f"the trial's Ray worker failed {tries} time(s): "
+                result = TaskResult(status=TrialStatus.CRASHED, error=f"the trial's Ray worker failed {tries} time(s): "
                                     + " | ".join(flight.causes), meta={"attempts": tries})
                 produced = {}
             else:

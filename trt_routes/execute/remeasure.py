@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_routes.backends import registry
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute.protocol import NoiseContext, settle
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
 from trt_routes.files.artifacts import BlobStore
@@ -64,7 +65,8 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
     engines = {}
     for route, spec, sha in task.engines:
         if not store.has(sha):
-            return TaskResult(status="crashed", error=f"engine {sha[:12]} of route '{route}' is not in the store")
+            return TaskResult(status=TrialStatus.CRASHED,
+                              error=f"engine {sha[:12]} of route '{route}' is not in the store")
         engines[route] = (store.path(sha), spec)
         runners[route] = backend.load(store.path(sha), spec)
     noise = NoiseContext(task.spec.target)
@@ -96,4 +98,4 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
         meta["turns"] = TURNS_RELOAD
     if task.keep_samples:
         meta["samples"] = samples
-    return TaskResult(status="ok", meta=meta, measure_s=time.perf_counter() - t0)
+    return TaskResult(status=TrialStatus.OK, meta=meta, measure_s=time.perf_counter() - t0)

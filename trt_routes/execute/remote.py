@@ -23,6 +23,7 @@ from typing import Any
 
 from trt_routes.backends.base import BuildSpec
 from trt_routes.errors import UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.execute.remeasure import run_remeasure
 from trt_routes.execute.tasks import ReferenceTask, RemeasureTask, TaskResult, TrialTask
@@ -188,7 +189,8 @@ def receive(result: TaskResult, blobs: dict[str, bytes], store: BlobStore) -> Ta
     """Put returned blobs into the coordinator's store (verified by digest)."""
     for sha, data in blobs.items():
         if hashlib.sha256(data).hexdigest() != sha:
-            return TaskResult(status="crashed", error=f"blob {sha[:12]} came back corrupted", meta=result.meta)
+            return TaskResult(status=TrialStatus.CRASHED, error=f"blob {sha[:12]} came back corrupted",
+                              meta=result.meta)
         store.put_bytes(data)
     return result
 
@@ -208,7 +210,7 @@ class Checked:
     def execute(self) -> TaskResult:
         why = hardware_mismatch(self.expect)
         if why:
-            return TaskResult(status="crashed", error=why, meta={"mismatch": True})
+            return TaskResult(status=TrialStatus.CRASHED, error=why, meta={"mismatch": True})
         if isinstance(self.inner, TrialTask):
             return run_trial(self.inner)
         if isinstance(self.inner, RemeasureTask):
@@ -241,7 +243,7 @@ class Probe:
     def execute(self) -> TaskResult:
         from trt_routes.signature import cpu_fields, gpu_fields
 
-        return TaskResult(status="ok", meta={"cpu": cpu_fields(), "gpus": gpu_fields()})
+        return TaskResult(status=TrialStatus.OK, meta={"cpu": cpu_fields(), "gpus": gpu_fields()})
 
 
 _HOSTED: dict[tuple[tuple[str, str], ...], LocalExecutor] = {}

@@ -19,6 +19,8 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trt_routes.evidence import TrialStatus
+
 if TYPE_CHECKING:
     from trt_routes.execute.tasks import TaskResult
 
@@ -165,15 +167,16 @@ class Worker:
         from trt_routes.execute.tasks import TaskResult, healthy
 
         if self.start_error:
-            return TaskResult(status="crashed", error=f"infrastructure: could not start a worker process: "
+            return TaskResult(status=TrialStatus.CRASHED, error=f"infrastructure: could not start a worker process: "
                               f"{self.start_error}", infrastructure=True), False
         if not self.conn.poll(timeout):
             stopped = self._stopped()
             self.kill()
             if stopped:  # SIGSTOP from outside: the machine's doing, never the route's time
-                return TaskResult(status="timeout", error=f"infrastructure: the worker was stopped from outside "
-                                  f"(SIGSTOP) and gave no result within {timeout:g} s", infrastructure=True), False
-            return TaskResult(status="timeout", error=f"no result within the {timeout:g} s time limit"), False
+                return TaskResult(status=TrialStatus.TIMEOUT,
+                                  error=f"infrastructure: the worker was stopped from outside (SIGSTOP)"
+                                  f" and gave no result within {timeout:g} s", infrastructure=True), False
+            return TaskResult(status=TrialStatus.TIMEOUT, error=f"no result within the {timeout:g} s time limit"), False
         try:
             result: TaskResult = self.conn.recv()
         except (EOFError, OSError):
@@ -181,10 +184,11 @@ class Worker:
             assert self.proc is not None
             code = self.proc.returncode
             if code is not None and -code in OUTSIDE_SIGNALS:  # killed, not crashed: not a fact about the route
-                return TaskResult(status="crashed", error=f"infrastructure: the worker was killed from outside "
+                return TaskResult(status=TrialStatus.CRASHED,
+                                  error=f"infrastructure: the worker was killed from outside "
                                   f"({_signal_name(code)}: another process, or the kernel's out-of-memory killer)",
                                   infrastructure=True), False
-            return TaskResult(status="crashed", error=f"worker died with {_signal_name(code)}"), False
+            return TaskResult(status=TrialStatus.CRASHED, error=f"worker died with {_signal_name(code)}"), False
         return result, healthy(result)
 
     def kill(self) -> None:

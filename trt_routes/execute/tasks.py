@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from trt_routes import canonical
 from trt_routes.backends.base import BuildSpec
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute.protocol import SettleSpec
 from trt_routes.selection.sequential import Stopping
 
@@ -78,7 +79,7 @@ def reference_task(job: Job, store_root: str) -> ReferenceTask:
 class TaskResult:
     """What a worker returns. ``status`` follows the trial statuses of the cache."""
 
-    status: str
+    status: TrialStatus
     error: str = ""
     log: str = ""
     samples: list[float] = field(default_factory=list)
@@ -97,7 +98,7 @@ class TaskResult:
 def healthy(result: TaskResult) -> bool:
     """Whether the worker that produced ``result`` may serve another task (after any failure it is
     replaced: a backend that raised may have left its library in a bad state)."""
-    return result.status == "ok"
+    return result.status == TrialStatus.OK
 
 
 @dataclass(frozen=True)
@@ -147,4 +148,4 @@ class ProfileTask:
         store = BlobStore(Path(self.store_root))
         profile = registry.get(self.backend).profile(store.path(self.engine_sha), self.spec,
                                                      store.get_arrays(self.inputs_sha))
-        return TaskResult(status="ok", meta={"profile": profile.to_json()})
+        return TaskResult(status=TrialStatus.OK, meta={"profile": profile.to_json()})

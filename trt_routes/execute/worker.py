@@ -36,7 +36,7 @@ from trt_routes.backends.base import Backend
 from trt_routes.backends.meters import EnergyMeter, MemoryMeter
 from trt_routes.backends.native_log import captured_fd2
 from trt_routes.errors import StorageError, storage_error
-from trt_routes.evidence import facts, measure
+from trt_routes.evidence import TrialStatus, facts, measure
 from trt_routes.evidence.inputs import DTYPES, STDERR_HEADER, make_inputs
 from trt_routes.execute.protocol import NoiseContext, timed_samples
 from trt_routes.execute.remeasure import run_remeasure
@@ -74,10 +74,10 @@ def run_reference(task: ReferenceTask) -> TaskResult:
     outputs = backend.reference(task.spec, feeds)
     bad = measure.all_finite(outputs)
     if bad:
-        return TaskResult(status="accuracy-failed",
+        return TaskResult(status=TrialStatus.ACCURACY_FAILED,
                           error=f"the reference itself has non-finite values in output(s) {', '.join(bad)}")
     with own_files("storing the reference"):
-        return TaskResult(status="ok", inputs_sha256=store.put_arrays(feeds),
+        return TaskResult(status=TrialStatus.OK, inputs_sha256=store.put_arrays(feeds),
                           outputs_sha256=store.put_arrays(outputs))
 
 
@@ -112,11 +112,11 @@ def run_trial(task: TrialTask) -> TaskResult:
         full = storage_error(exc, engine_tmp) or _disk_full(engine_tmp, exc)
         if full is not None:  # ...unless the disk refused our write: a fact about this machine
             raise full from exc
-        return TaskResult(status="build-error", error=_one_line(exc), log=traceback.format_exc(limit=3),
+        return TaskResult(status=TrialStatus.BUILD_ERROR, error=_one_line(exc), log=traceback.format_exc(limit=3),
                           build_s=time.perf_counter() - t0)
     build_s = time.perf_counter() - t0
     if not engine_tmp.is_file():
-        return TaskResult(status="build-error", error=f"the {task.backend} build wrote no engine", log=log,
+        return TaskResult(status=TrialStatus.BUILD_ERROR, error=f"the {task.backend} build wrote no engine", log=log,
                           build_s=build_s)
     engine_bytes = _size(engine_tmp)
     with own_files("storing the engine"):
@@ -133,7 +133,7 @@ def run_trial(task: TrialTask) -> TaskResult:
         if engine_bytes is not None:
             stored.setdefault("engine_mb", engine_bytes / 1e6)
     if not all(math.isfinite(s) for s in result.samples):  # summarized by the coordinator, which needs numbers
-        result.status, result.error = "crashed", "the backend returned unusable timings (NaN or Inf samples)"
+        result.status, result.error = TrialStatus.CRASHED, "the backend returned unusable timings (NaN or Inf samples)"
     return result
 
 
@@ -147,18 +147,18 @@ def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine:
     runner = backend.load(engine, task.spec)
     outputs = runner.run(feeds)
     with own_files("storing the outputs"):
-        result = TaskResult(status="ok", outputs_sha256=store.put_arrays(outputs))
+        result = TaskResult(status=TrialStatus.OK, outputs_sha256=store.put_arrays(outputs))
     result.losses = measure.losses(outputs, reference, task.l0_params)
     bad = measure.all_finite(outputs)
     if bad:
-        result.status = "accuracy-failed"
+        result.status = TrialStatus.ACCURACY_FAILED
         result.error = f"non-finite values in output(s) {', '.join(bad)}"
         return result
     points = profile_points(task.spec.profile)
     if points:
         failed = _check_points(task, backend, runner, feeds, points, result)
         if failed:
-            result.status, result.error = "accuracy-failed", failed
+            result.status, result.error = TrialStatus.ACCURACY_FAILED, failed
             return result
     energy = EnergyMeter(task.spec.target)
     result.samples, meta = timed_samples(runner, feeds, task.warmup, task.iterations, task.repeats, task.settle)
@@ -319,7 +319,7 @@ def serve(conn: Connection, parent: int | None = None) -> None:
             except Exception as exc:  # a task this process cannot rebuild (a class only the coordinator's
                 # script defines, in its __main__): the task's answer, then a fresh worker for the next
                 with contextlib.suppress(BrokenPipeError, OSError):
-                    conn.send(TaskResult(status="crashed", error=f"infrastructure: the worker could not read "
+                    conn.send(TaskResult(status=TrialStatus.CRASHED, error=f"infrastructure: the worker could not read "
                                          f"its task: {_one_line(exc)}", infrastructure=True))
                 return
             if task is None:
@@ -365,15 +365,15 @@ def _dispatch(task: object) -> TaskResult:
             result = run_remeasure(task)
         elif isinstance(task, WarmupTask):
             registry.get(task.backend).warm_up(task.spec)
-            result = TaskResult(status="ok")
+            result = TaskResult(status=TrialStatus.OK)
         elif callable(getattr(task, "execute", None)):  # self-describing tasks (probes, wrappers)
             result = task.execute()  # type: ignore[attr-defined]
         else:
-            result = TaskResult(status="crashed", error=f"unknown task {type(task).__name__}")
+            result = TaskResult(status=TrialStatus.CRASHED, error=f"unknown task {type(task).__name__}")
     except (InfrastructureFailure, StorageError) as exc:  # the machine's failure: not cached as the route's
-        result = TaskResult(status="crashed", error=f"infrastructure: {exc}", log=traceback.format_exc(),
+        result = TaskResult(status=TrialStatus.CRASHED, error=f"infrastructure: {exc}", log=traceback.format_exc(),
                             infrastructure=True)
     except Exception as exc:
-        result = TaskResult(status="crashed", error=_one_line(exc), log=traceback.format_exc())
+        result = TaskResult(status=TrialStatus.CRASHED, error=_one_line(exc), log=traceback.format_exc())
     result.meta["worker_s"] = time.perf_counter() - started  # task wall time inside the worker
     return result

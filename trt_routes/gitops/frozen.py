@@ -21,6 +21,7 @@ from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import Exit, LockfileError, UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute.local import LocalExecutor
 from trt_routes.files.artifacts import atomic_write_text
 from trt_routes.gitops.check import LockMismatch, lock_mismatches, signature_drift
@@ -176,7 +177,7 @@ class FrozenBuilder:
     def _reusable(self, fj: FrozenJob, reproducible: bool) -> TrialRecord | None:
         """This machine's own trial of the locked route, when it is still good (a re-run builds nothing)."""
         trial = self.cache.get(fj.job.trial_id(fj.route))
-        if trial is None or trial.status != "ok" or not self.project.store.verify(trial.engine_sha256):
+        if trial is None or trial.status != TrialStatus.OK or not self.project.store.verify(trial.engine_sha256):
             return None
         if reproducible and not fj.drift and trial.engine_sha256 != fj.locked_sha256:
             return None
@@ -198,7 +199,7 @@ class FrozenBuilder:
                 trial = self.trials.run_trial(job, fj.route, ref)
                 fj.built = 1
             identity = None
-            if trial.status == "ok" and trial.engine_sha256 != fj.locked_sha256 and self.project.store.has(
+            if trial.status == TrialStatus.OK and trial.engine_sha256 != fj.locked_sha256 and self.project.store.has(
                     trial.engine_sha256):
                 identity = backend.engine_identity(self.project.store.path(trial.engine_sha256))
             self.verify(fj, trial, backend.reproducible_engines, backend.name, identity)
@@ -214,7 +215,7 @@ class FrozenBuilder:
                identity: str | None = None) -> None:
         """Route, accuracy, digest (or the engine's structural identity where the backend's bytes are not
         deterministic), timing: raise JobFailed on the first check that fails."""
-        if trial.status != "ok" or trial.median_ms is None:
+        if trial.status != TrialStatus.OK or trial.median_ms is None:
             raise JobFailed(f"rebuilding the locked route {describe(fj.route)} failed: {trial.status}: "
                              f"{trial.error or 'no timing'}")
         fj.checks.append(f"route {describe(fj.route)} built as locked")

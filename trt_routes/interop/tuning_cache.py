@@ -25,6 +25,7 @@ from typing import Any
 
 from trt_routes.catalog import Catalog
 from trt_routes.errors import RouteError, TrtRoutesError
+from trt_routes.evidence import TrialStatus
 from trt_routes.text import NotRegularFileError, read_regular
 
 #: How Torch-TensorRT's tuner words a row whose time was not finite (``error_message = f"non-finite gpu_time:
@@ -104,7 +105,7 @@ class ImportedRow:
     iter: int
     build_route: str  # as written
     route: str  # canonical: catalog defaults (or the header's default route) dropped, sorted
-    status: str  # "ok" | "crashed" | "accuracy-failed"
+    status: TrialStatus  # ok, crashed or accuracy-failed
     crash: bool
     error_message: str
     accuracy_loss: dict[str, float | None] | None  # None where the writer wrote a non-number
@@ -128,7 +129,7 @@ class ImportedCache:
         best: ImportedRow | None = None
         for row in self.rows:
             if (
-                row.status == "ok"
+                row.status == TrialStatus.OK
                 and row.gpu_time_ms is not None
                 and row.gpu_time_ms > 0
                 and (
@@ -297,23 +298,23 @@ def _row(
     notes: list[str] = []
     timed = gpu_time is not None and math.isfinite(gpu_time) and gpu_time > 0
     if crash:
-        status = "crashed"
+        status = TrialStatus.CRASHED
     elif message.startswith(NOT_MEASURED):  # Torch-TensorRT's own words for a time it could not measure
-        status = "crashed"
+        status = TrialStatus.CRASHED
         notes.append(f"the iteration was not measured ({message})")
     elif message:
-        status = "accuracy-failed"
+        status = TrialStatus.ACCURACY_FAILED
     elif not timed:  # built and run, but not measured: no time can rank it
-        status = "crashed"
+        status = TrialStatus.CRASHED
         notes.append(f"no usable gpu_time ({raw_time!r}): the iteration was not measured")
     else:
-        status = "ok"
+        status = TrialStatus.OK
         bad = sorted(name for name, value in (losses or {}).items() if not _finite(value))
         if bad:
-            status = "accuracy-failed"
+            status = TrialStatus.ACCURACY_FAILED
             notes.append(f"non-finite accuracy loss for {', '.join(bad)}")
     if gpu_time is not None and not timed:
-        if status == "accuracy-failed":
+        if status == TrialStatus.ACCURACY_FAILED:
             notes.append(f"gpu_time {raw_time!r} dropped")
         gpu_time = None
     note = "; ".join(notes)

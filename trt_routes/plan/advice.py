@@ -7,19 +7,20 @@ from collections import Counter
 from collections.abc import Mapping
 
 from trt_routes.cache.store import TrialRecord
+from trt_routes.evidence import TrialStatus
 
 #: statuses a retry may change (the machine or a flaky run), as opposed to build errors and accuracy results
-RETRYABLE = ("crashed", "timeout")
+RETRYABLE = (TrialStatus.CRASHED, TrialStatus.TIMEOUT)
 
 
 def no_eligible_advice(job: str, tolerance: str, trials: Mapping[str, TrialRecord], candidates: tuple[str, ...]) -> str:
     """One line: why no cached route is eligible and what to do about it."""
     statuses = Counter(trials[r].status for r in candidates if r in trials)
-    failed_runs = sum(statuses[s] for s in (*RETRYABLE, "build-error"))
+    failed_runs = sum(statuses[s] for s in (*RETRYABLE, TrialStatus.BUILD_ERROR))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
     head = f"no eligible route among {len(candidates)} cached trials ({counts})"
     if failed_runs and failed_runs == sum(statuses.values()):
-        first = next((trials[r] for r in candidates if r in trials and trials[r].status != "ok"), None)
+        first = next((trials[r] for r in candidates if r in trials and trials[r].status != TrialStatus.OK), None)
         error = f"; first error: {first.error.splitlines()[0][:200]}" if first is not None and first.error else ""
         if any(statuses[s] for s in RETRYABLE):
             return (f"{head}: none ran to the end{error}; fix the cause, then run `trt-routes apply --retry-failed "

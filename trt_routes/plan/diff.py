@@ -14,9 +14,10 @@ from trt_routes import canonical
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import Exit
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.facts import batch_of
 from trt_routes.files.artifacts import file_digest
-from trt_routes.jobs import Job
+from trt_routes.jobs import Job, PlanAction
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Check, Tolerance
 from trt_routes.plan.advice import no_eligible_advice
@@ -27,8 +28,6 @@ from trt_routes.search import Outcome, cached_search, make_search
 from trt_routes.search.job import JobSearch, avoid_sentence, job_search, selection_key, warm_sources
 from trt_routes.selection.final import describe_requests, final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate, trial_facts
-
-ACTIONS = ("up-to-date", "tune", "reselect", "materialize", "blocked", "skipped")
 
 
 def blocked_exit(kinds: Iterable[str | None]) -> Exit | None:
@@ -47,7 +46,7 @@ def blocked_exit(kinds: Iterable[str | None]) -> Exit | None:
 @dataclass(frozen=True)
 class JobPlan:
     job: Job
-    action: str
+    action: PlanAction
     reasons: tuple[str, ...]
     to_build: tuple[str, ...] = ()
     reused: int = 0
@@ -74,12 +73,13 @@ class Plan:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.removed) or any(j.action in ("tune", "reselect", "materialize") for j in self.jobs)
+        work = (PlanAction.TUNE, PlanAction.RESELECT, PlanAction.MATERIALIZE)
+        return bool(self.removed) or any(j.action in work for j in self.jobs)
 
     @property
     def blocked(self) -> list[JobPlan]:
         """Jobs that cannot run here: not up to date, whatever else the plan says."""
-        return [j for j in self.jobs if j.action == "blocked"]
+        return [j for j in self.jobs if j.action == PlanAction.BLOCKED]
 
     @property
     def blocked_exit(self) -> Exit | None:
@@ -181,7 +181,7 @@ def outcomes(trials: Mapping[str, TrialRecord], tolerance: Tolerance,
              lookup: LossLookup | None = None) -> dict[str, Outcome]:
     """What a search sees of cached trials: ok (built, finite, within tolerance) and the median."""
     return {
-        route: Outcome(ok=t.status == "ok" and t.median_ms is not None and not gate(t, tolerance, lookup),
+        route: Outcome(ok=t.status == TrialStatus.OK and t.median_ms is not None and not gate(t, tolerance, lookup),
                        median_ms=t.median_ms, ci_low=t.ci_low, ci_high=t.ci_high, build_s=t.build_s)
         for route, t in trials.items()
     }
@@ -254,7 +254,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
     """``winners``: the related jobs' winners, read once per plan (``make_plan``). ``settled``: plans apply
     found up to date, by the fingerprint of their inputs (``plan.settled``)."""
     if job.blocked:
-        return JobPlan(job, "skipped" if job.block_kind == "absent" else "blocked", (job.blocked,))
+        return JobPlan(job, PlanAction.SKIPPED if job.block_kind == "absent" else PlanAction.BLOCKED, (job.blocked,))
     assert job.expression is not None and job.catalog is not None
     entry = lock.jobs.get(job.name)
     if settled is not None and entry is not None and (hit := settled.verdict(job)) is not None:
@@ -332,7 +332,7 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         if minutes:  # builds that take minutes (Inductor's autotuning presets) end the search before the count
             reasons.append(f"max_minutes {minutes:g}: the search stops once its builds have taken that long, "
                            "whatever the count")
-        return JobPlan(job, "tune", tuple(reasons), tuple(batch), reused, pending, cands, bound), False
+        return JobPlan(job, PlanAction.TUNE, tuple(reasons), tuple(batch), reused, pending, cands, bound), False
     cands = tuple(r for r in cands if r in trials)  # what apply selects among (a budget can leave routes out)
     # an objective reads the trials' stored facts (in meta, which light rows leave out)
     chosen_from: Mapping[str, TrialRecord] = cache.group(job.group_key) if job.objective is not None else trials
@@ -340,8 +340,8 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
     if entry is None:
         if sel.winner is None:
             advice = no_eligible_advice(job.name, job.tolerance_name, trials, cands)
-            return JobPlan(job, "reselect", (advice,), (), reused, None, cands), False
-        return JobPlan(job, "reselect", (f"every route is cached ({len(cands)}): select and lock, no builds",
+            return JobPlan(job, PlanAction.RESELECT, (advice,), (), reused, None, cands), False
+        return JobPlan(job, PlanAction.RESELECT, (f"every route is cached ({len(cands)}): select and lock, no builds",
                                          *([describe_requests(requests)] if requests else [])),
                        (), reused, None, cands), False
     reasons = []
@@ -363,11 +363,11 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         reasons.append(lacking)
     if requests:
         reasons.append(describe_requests(requests))
-    elif (entry.route if entry.status == "ok" else None) != sel.winner:
+    elif (entry.route if entry.status == TrialStatus.OK else None) != sel.winner:
         reasons.append(f"winner changed: {describe(entry.route or '')} -> "
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
-        return JobPlan(job, "reselect", ("reselect: " + "; ".join(reasons),), (), reused, None, cands), False
+        return JobPlan(job, PlanAction.RESELECT, ("reselect: " + "; ".join(reasons),), (), reused, None, cands), False
     return _engine_check(job, entry, root, reused, cands), True
 
 
@@ -398,7 +398,7 @@ def missing_facts(job: Job, trials: Mapping[str, TrialRecord], cands: tuple[str,
     lacking: dict[str, int] = {}
     for route in cands:
         t = trials.get(route)
-        if t is None or t.status != "ok" or t.median_ms is None or gate(t, job.tolerance, lookup):
+        if t is None or t.status != TrialStatus.OK or t.median_ms is None or gate(t, job.tolerance, lookup):
             continue
         have = trial_facts(t, batch)
         for fact in job.objective.facts:
@@ -418,7 +418,7 @@ def _same_strategy(job: Job, entry: LockEntry) -> bool:
 
 
 def _keys_match(job: Job, entry: LockEntry) -> bool:
-    return (entry.status == "ok" and entry.group_key == job.group_key
+    return (entry.status == TrialStatus.OK and entry.group_key == job.group_key
             and entry.tolerance_key == job.tolerance_key and _same_strategy(job, entry)
             and (entry.selection.key if entry.selection else None) == selection_key(job))
 
@@ -431,20 +431,20 @@ def _engine_check(job: Job, entry: LockEntry, root: Path, reused: int,
     if engine is not None and engine.sha256:
         path = root / (engine.path or "")
         if not path.is_file():
-            return JobPlan(job, "materialize", (f"engine missing at {engine.path}",), (), reused,
+            return JobPlan(job, PlanAction.MATERIALIZE, (f"engine missing at {engine.path}",), (), reused,
                            None, cands)
         if path.stat().st_size != (-1 if engine.size is None else engine.size):
-            return JobPlan(job, "materialize", (f"engine at {engine.path} differs from the lock",),
+            return JobPlan(job, PlanAction.MATERIALIZE, (f"engine at {engine.path} differs from the lock",),
                            (), reused, None, cands)
         try:
             got = file_digest(path)
         except OSError as exc:
             got = f"unreadable ({exc.strerror})"
         if got != engine.sha256:
-            return JobPlan(job, "materialize", (f"engine at {engine.path} is corrupt or was changed: its "
+            return JobPlan(job, PlanAction.MATERIALIZE, (f"engine at {engine.path} is corrupt or was changed: its "
                                                 f"bytes hash to {got[:12]}, the lock says {engine.sha256[:12]}",),
                            (), reused, None, cands)
-    return JobPlan(job, "up-to-date", ("up to date",), (), reused, None, cands)
+    return JobPlan(job, PlanAction.UP_TO_DATE, ("up to date",), (), reused, None, cands)
 
 
 def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,

@@ -18,8 +18,9 @@ from rich.table import Table
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.catalog import Catalog
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.inputs import STDERR_HEADER
-from trt_routes.jobs import Job
+from trt_routes.jobs import Job, PlanAction
 from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.plan.diff import Plan
 from trt_routes.report.progress import EtaColumn, TrialClock, clock_text
@@ -31,8 +32,8 @@ if TYPE_CHECKING:  # annotations only: plan and apply render without importing e
     from trt_routes.audit.explain import Explanation
     from trt_routes.audit.status import JobStatus
 
-ACTION_STYLE = {"up-to-date": "green", "tune": "yellow", "reselect": "cyan", "materialize": "cyan",
-                "blocked": "red", "skipped": "dim"}
+ACTION_STYLE = {PlanAction.UP_TO_DATE: "green", PlanAction.TUNE: "yellow", PlanAction.RESELECT: "cyan",
+                PlanAction.MATERIALIZE: "cyan", PlanAction.BLOCKED: "red", PlanAction.SKIPPED: "dim"}
 
 
 def ms(x: float | None) -> str:
@@ -91,15 +92,15 @@ def add_columns(table: Table, cols: tuple[str, ...], routes: dict[str, list[str]
 def render_plan(plan: Plan, console: Console) -> None:
     table = Table(title="Plan", title_justify="left", show_lines=False)
     add_columns(table, ("job", "action", "builds", "reused", "reason"))
-    fresh = [jp for jp in plan.jobs if jp.action == "up-to-date"]
+    fresh = [jp for jp in plan.jobs if jp.action == PlanAction.UP_TO_DATE]
     fold = len(fresh) > FOLD_UP_TO_DATE
     for jp in plan.jobs:
-        if fold and jp.action == "up-to-date":
+        if fold and jp.action == PlanAction.UP_TO_DATE:
             continue
         table.add_row(jp.job.name, f"[{ACTION_STYLE.get(jp.action, '')}]{jp.action}[/]",
                       str(len(jp.to_build)), str(jp.reused), escape("\n".join(jp.reasons)))
     if fold:
-        table.add_row(folded(len(fresh)), f"[{ACTION_STYLE['up-to-date']}]up-to-date[/]", "0",
+        table.add_row(folded(len(fresh)), f"[{ACTION_STYLE[PlanAction.UP_TO_DATE]}]up-to-date[/]", "0",
                       str(sum(jp.reused for jp in fresh)),
                       "up to date (`trt-routes plan --json` or `trt-routes status` lists each)")
     for name in plan.removed:
@@ -108,7 +109,7 @@ def render_plan(plan: Plan, console: Console) -> None:
     if plan.blocked:
         console.print(f"{len(plan.blocked)} job(s) blocked here, not up to date: "
                       f"{escape(', '.join(jp.job.name for jp in plan.blocked))}.")
-    skipped = [jp for jp in plan.jobs if jp.action == "skipped"]
+    skipped = [jp for jp in plan.jobs if jp.action == PlanAction.SKIPPED]
     if skipped:
         console.print(f"{len(skipped)} job(s) skipped: their target's hardware is not here (another machine runs "
                       "them).")
@@ -141,10 +142,10 @@ def summary_table(result: ApplyResult) -> Table:
             "chosen route", "built", "reused", "note")
     add_columns(table, cols, {"chosen route": [o.lock_entry.route or "" for o in result.outcomes
                                                if o.lock_entry is not None]})
-    fresh = [o for o in result.outcomes if o.action == "up-to-date" and not o.error]
+    fresh = [o for o in result.outcomes if o.action == PlanAction.UP_TO_DATE and not o.error]
     fold = len(fresh) > FOLD_UP_TO_DATE
     for o in result.outcomes:
-        if fold and o.action == "up-to-date" and not o.error:
+        if fold and o.action == PlanAction.UP_TO_DATE and not o.error:
             continue
         entry = o.lock_entry or LockEntry()
         timing = entry.timing or LockTiming()
@@ -153,10 +154,10 @@ def summary_table(result: ApplyResult) -> Table:
                  if named else ())
         speed = timing.speedup
         trials = entry.trials
-        built = o.built if o.action != "up-to-date" else 0
-        reused = o.reused if o.action != "up-to-date" else (
+        built = o.built if o.action != PlanAction.UP_TO_DATE else 0
+        reused = o.reused if o.action != PlanAction.UP_TO_DATE else (
             trials.candidates if trials is not None and "candidates" in trials else 0)
-        note = o.error or ("up to date" if o.action == "up-to-date" else o.action)
+        note = o.error or ("up to date" if o.action == PlanAction.UP_TO_DATE else o.action)
         table.add_row(o.job.name, ms(timing.default_ms), ms(timing.chosen_ms),
                       (f"{speed:.2f}x" + (" raw" if timing.speedup_basis == "raw-medians" else "")) if speed
                       else "-", *extra,
@@ -166,7 +167,7 @@ def summary_table(result: ApplyResult) -> Table:
         table.add_row(folded(len(fresh)), "-", "-", "-", *(("-", "-") if named else ()), "-", "0", "-",
                       "up to date (`trt-routes status` shows each one's route and speedup)")
     for jp in result.plan.jobs:
-        if jp.action in ("blocked", "skipped"):
+        if jp.action in (PlanAction.BLOCKED, PlanAction.SKIPPED):
             table.add_row(jp.job.name, "-", "-", "-", *(("-", "-") if named else ()), "-", "0", "0",
                           f"[{ACTION_STYLE[jp.action]}]{jp.action}: {escape(jp.reasons[0])}[/]")
     return table
@@ -175,8 +176,8 @@ def summary_table(result: ApplyResult) -> Table:
 def render_summary(result: ApplyResult, console: Console) -> None:
     console.print(summary_table(result))
     if result.built == 0 and not any(o.error for o in result.outcomes) and not result.plan.blocked and \
-            all(o.action == "up-to-date" for o in result.outcomes):
-        skipped = sum(1 for jp in result.plan.jobs if jp.action == "skipped")
+            all(o.action == PlanAction.UP_TO_DATE for o in result.outcomes):
+        skipped = sum(1 for jp in result.plan.jobs if jp.action == PlanAction.SKIPPED)
         console.print(f"Nothing was built: {skipped} job(s) skipped here, every other job is up to date." if skipped
                       else "Every job is up to date; nothing was built.")
     else:
@@ -224,10 +225,10 @@ class PlainReporter:
         seconds = self.clock.trial_done(job.name)
         if self.quiet:
             return
-        status = trial.status
-        extra = f" {ms(trial.median_ms)} ms" if trial.status == "ok" else f" {shorten(trial.error)}"
+        status = str(trial.status)
+        extra = f" {ms(trial.median_ms)} ms" if trial.status == TrialStatus.OK else f" {shorten(trial.error)}"
         failed = [f for f in gate(trial, job.tolerance) if not f.endswith("not measured")] \
-            if trial.status == "ok" else []
+            if trial.status == TrialStatus.OK else []
         if failed:
             # built and timed, but the accuracy gate refuses it: say so, with the check that failed
             status = f"accuracy-failed ({shorten(failed[0].split(': ', 1)[-1])}" + (

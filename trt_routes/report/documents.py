@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trt_routes.jobs import PlanAction
+
 if TYPE_CHECKING:  # imported by model(), only for the cache formats: share/ takes a third of a second
     from trt_routes.share.merge import MergeReport
 
@@ -61,7 +63,7 @@ class ValidateJson(Doc):
 # -- plan, apply -------------------------------------------------------------------------------------
 class JobPlanJson(Doc):
     job: str
-    action: Literal["up-to-date", "tune", "reselect", "materialize", "blocked", "skipped"]
+    action: PlanAction
     reasons: list[str]
     to_build: list[str]
     reused: Count
@@ -82,7 +84,7 @@ class AppliedJob(Doc):
     """A job of a search apply: trials built and reused, and the entry locked (null if none was)."""
 
     job: str
-    action: str
+    action: PlanAction
     built: Count
     reused: Count
     error: str | None

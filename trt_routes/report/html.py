@@ -19,6 +19,7 @@ from trt_routes import __version__
 from trt_routes.audit.explain import Explanation, explain_job
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.facts import UNITS
 from trt_routes.files.artifacts import atomic_write_text
 from trt_routes.jobs import Job
@@ -94,13 +95,13 @@ def effects(trials: dict[str, TrialRecord], eligible: set[str]) -> list[Effect]:
             key = (knob, value)
             changes.setdefault(key, [])
             fails = failures.setdefault(key, Counter())
-            if t.status != "ok" or t.median_ms is None:
+            if t.status != TrialStatus.OK or t.median_ms is None:
                 fails[t.status] += 1
                 continue
             if route not in eligible:
                 fails["failed gate"] += 1
             pair = trials.get(" ".join(f"{k}={v}" for k, v in sorted(assign.items()) if k != knob))
-            if pair is not None and pair.status == "ok" and pair.median_ms:
+            if pair is not None and pair.status == TrialStatus.OK and pair.median_ms:
                 changes[key].append(t.median_ms / pair.median_ms - 1.0)
     out = []
     for knob, value in sorted(changes):

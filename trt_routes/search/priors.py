@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError
+from trt_routes.evidence import TrialStatus
 from trt_routes.routes import route_dict
 
 #: At most this many related jobs are read for failed values (the nearest first).
@@ -29,9 +30,9 @@ def related_names(job: str, model: str, target: str, names: Iterable[str]) -> li
 
 
 def _failed(trial: TrialRecord) -> bool:
-    if trial.status in ("crashed", "build-error", "timeout"):
+    if trial.status in (TrialStatus.CRASHED, TrialStatus.BUILD_ERROR, TrialStatus.TIMEOUT):
         return True
-    return trial.status == "ok" and any(isinstance(v, (int, float)) and not math.isfinite(v)
+    return trial.status == TrialStatus.OK and any(isinstance(v, (int, float)) and not math.isfinite(v)
                                         for losses in (trial.losses or {}).values() for v in losses.values())
 
 
@@ -46,6 +47,6 @@ def failed_values(trials: Iterable[TrialRecord]) -> tuple[str, ...]:
             continue
         if _failed(trial):
             suspects |= units
-        elif trial.status == "ok":
+        elif trial.status == TrialStatus.OK:
             cleared |= units
     return tuple(sorted(suspects - cleared))

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trt_routes import PROTOCOL_VERSION, canonical
+from trt_routes.evidence import TrialStatus
 from trt_routes.routes import describe
 from trt_routes.selection.rank import DEFAULT_ROUTE, RULE, Selection, Verdict
 from trt_routes.selection.sequential import (
@@ -274,7 +275,7 @@ def resolve(sel: Selection, settings: Confirm | None, locked: str | None, lookup
     base = sel.verdict(baseline)
     if baseline != DEFAULT_ROUTE:  # a job without one keeps its selection exactly as before baselines
         sel = dataclasses.replace(sel, baseline=baseline, baseline_ms=base.median_ms if base is not None and
-                                  base.status == "ok" else None)
+                                  base.status == TrialStatus.OK else None)
     if settings is None or sel.winner is None:
         return sel, []
     if base is None or not base.eligible:

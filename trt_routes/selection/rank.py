@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence import facts as facts_
 from trt_routes.routes import DEFAULT_ROUTE, describe
 
@@ -139,7 +140,7 @@ def _no_eligible(prelim: list[Verdict], trials: Mapping[str, TrialRecord], toler
     """Why no route is eligible, by cause: all crashed (the first error), or which checks failed."""
     if not prelim:
         return "no eligible route: nothing was measured"
-    broken = [v for v in prelim if v.status != "ok" or v.median_ms is None]
+    broken = [v for v in prelim if v.status != TrialStatus.OK or v.median_ms is None]
     gated = [v for v in prelim if v not in broken]
     if not gated:
         first = broken[0]
@@ -151,7 +152,7 @@ def _no_eligible(prelim: list[Verdict], trials: Mapping[str, TrialRecord], toler
     line = (f"no eligible route: {len(gated)} route(s) failed the accuracy gate ({' | '.join(parts)}{more})"
             f"{crashed}")
     default = trials.get(DEFAULT_ROUTE)
-    if default is not None and default.status == "ok" and default.median_ms is not None:
+    if default is not None and default.status == TrialStatus.OK and default.median_ms is not None:
         fails = failing_checks(default, tolerance, lookup)
         unrelated = [out for out, check, value in fails if check.metric == "cos" and value >= 1.0]
         if unrelated:  # no threshold a tolerance could sensibly take would admit it: say what it means
@@ -166,13 +167,13 @@ def _no_eligible(prelim: list[Verdict], trials: Mapping[str, TrialRecord], toler
 
 
 def _status_reason(trial: TrialRecord) -> str:
-    if trial.status == "crashed":
+    if trial.status == TrialStatus.CRASHED:
         return f"crashed: {trial.error or 'worker died'}"
-    if trial.status == "timeout":
+    if trial.status == TrialStatus.TIMEOUT:
         return f"timed out: {trial.error}"
-    if trial.status == "build-error":
+    if trial.status == TrialStatus.BUILD_ERROR:
         return f"build error: {trial.error}"
-    if trial.status == "accuracy-failed":
+    if trial.status == TrialStatus.ACCURACY_FAILED:
         return f"accuracy failed: {trial.error}"
     return trial.status
 
@@ -205,7 +206,7 @@ def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: 
         if trial is None:
             missing.append(route)
             continue
-        if trial.status != "ok" or trial.median_ms is None:
+        if trial.status != TrialStatus.OK or trial.median_ms is None:
             prelim.append(Verdict(route, trial.status, False, _status_reason(trial), trial.median_ms,
                                   trial.ci_low, trial.ci_high, trial_id=trial.id))
             continue
@@ -216,7 +217,7 @@ def select(trials: Mapping[str, TrialRecord], candidates: list[str], tolerance: 
                               trial_facts(trial, batch)))
     eligible = sorted((v for v in prelim if v.eligible), key=_rank)
     default = trials.get(DEFAULT_ROUTE)
-    default_ms = default.median_ms if default is not None and default.status == "ok" else None
+    default_ms = default.median_ms if default is not None and default.status == TrialStatus.OK else None
     winner = eligible[0] if eligible else None
     verdicts: list[Verdict] = []
     for v in prelim:
@@ -319,7 +320,7 @@ def _select_objective(trials: Mapping[str, TrialRecord], candidates: list[str], 
             verdicts.append(v)
     if winner is None:
         limited = [v for v in prelim if v.failed_checks and any(
-            c.endswith("not measured") or " > " in c for c in v.failed_checks) and v.status == "ok"
+            c.endswith("not measured") or " > " in c for c in v.failed_checks) and v.status == TrialStatus.OK
             and not v.reason.startswith("failed accuracy gate")]
         summary = (f"no eligible route: {len(limited)} route(s) passed the accuracy gate but not {label} "
                    f"({' | '.join(f'{describe(v.route)}: {v.reason}' for v in limited[:4])})"

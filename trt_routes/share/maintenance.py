@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from trt_routes.cache.schema import DERIVED_TABLES
 from trt_routes.canonical import file_sha256
 from trt_routes.errors import CacheError
+from trt_routes.evidence import TrialStatus
 from trt_routes.files.artifacts import stale_leftovers
 from trt_routes.share import AS_DOCUMENT
 from trt_routes.share.merge import exclusive
@@ -166,7 +167,8 @@ def gc(project: Project, *, dry_run: bool = False, older_than_days: float | None
                 continue
             if outputs:
                 keep.add(outputs)
-            if status == "ok" and engine and median is not None and (group not in best or median < best[group][0]):
+            better = group not in best or (median is not None and median < best[group][0])
+            if status == TrialStatus.OK and engine and median is not None and better:
                 best[group] = (median, engine)
         keep |= {engine for _, engine in best.values()}
         for ins, outs in db.execute("SELECT inputs_sha256, outputs_sha256 FROM [references]"):

@@ -16,6 +16,7 @@ from typing import Any
 from trt_routes import canonical
 from trt_routes.cache.store import STATUSES, TrialRecord
 from trt_routes.errors import CacheError, RouteError
+from trt_routes.evidence import TrialStatus
 from trt_routes.routes import parse_route
 from trt_routes.text import is_clean, loads_bounded, sanitize, sanitize_data
 
@@ -69,6 +70,7 @@ def _losses(v: Any) -> bool:
 #: One checker per annotation used in TrialRecord; a field with any other annotation fails loudly at import.
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "str": (lambda v: isinstance(v, str), "a string"),
+    "TrialStatus": (lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
     "float | None": (_finite_or_none, "a finite number or null"),
     "list[float]": (lambda v: isinstance(v, list) and all(_is_number(x) and math.isfinite(x) for x in v),
                     "a list of finite numbers"),
@@ -144,16 +146,16 @@ def _facts_problem(t: TrialRecord) -> str | None:
             return f"its confidence interval [{t.ci_low!r}, {t.ci_high!r}] does not hold its median {t.median_ms!r}"
     elif t.ci_low is not None or t.ci_high is not None:
         return "it has a confidence interval but no median"
-    if t.status == "ok":
+    if t.status == TrialStatus.OK:
         if t.median_ms is None or not t.samples:
             return "status 'ok' needs a median and samples"
         if not t.engine_sha256:
             return "status 'ok' needs the engine's sha256"
-    elif t.status in ("crashed", "timeout", "build-error") and not t.error.strip():
+    elif t.status in (TrialStatus.CRASHED, TrialStatus.TIMEOUT, TrialStatus.BUILD_ERROR) and not t.error.strip():
         return f"status {t.status!r} needs the error that ended it"
-    elif t.status == "accuracy-failed" and not (t.error.strip() or t.losses):
+    elif t.status == TrialStatus.ACCURACY_FAILED and not (t.error.strip() or t.losses):
         return "status 'accuracy-failed' needs its losses or an error"
-    if t.status == "build-error" and t.engine_sha256:
+    if t.status == TrialStatus.BUILD_ERROR and t.engine_sha256:
         return "status 'build-error' cannot name an engine"
     return None
 
@@ -182,7 +184,7 @@ def parse_trial(obj: Any, where: str) -> TrialRecord:
     for name in _FREE_TEXT:
         if name in obj and len(obj[name]) > MAX_TEXT:
             raise bad(f"trial field '{name}' is longer than {MAX_TEXT} characters")
-    trial = TrialRecord(**obj)
+    trial = TrialRecord(**{**obj, "status": TrialStatus(obj["status"])})
     trial.error, trial.log = sanitize(trial.error), sanitize(trial.log)
     trial.meta = sanitize_data(trial.meta)
     problem = route_problem(trial.route)
@@ -197,8 +199,6 @@ def parse_trial(obj: Any, where: str) -> TrialRecord:
     for name in ("engine_sha256", "outputs_sha256"):
         if getattr(trial, name) and not _HEX[64].match(getattr(trial, name)):
             raise bad(f"trial field '{name}' must be a sha256 (64 hex digits) or empty")
-    if trial.status not in STATUSES:
-        raise bad(f"trial status {trial.status!r} is not one of {', '.join(STATUSES)}")
     if not _TIME.match(trial.created_at):
         raise bad(f"trial created_at {trial.created_at!r} is not a UTC time like 2025-01-31T12:00:00Z")
     if trial.group_key != expected_group_key(trial):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trt_routes import canonical
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError, UsageError
+from trt_routes.evidence import TrialStatus
 from trt_routes.interop.tuning_cache import (
     ImportedCache,
     TuningCacheFormatError,
@@ -113,7 +114,7 @@ def tuning_trials(cache: ImportedCache, job: Job, created_at: str) -> tuple[list
         trial = TrialRecord(
             id="", group_key="", job=job.name, route=route, signature=sig, model_digest=UNKNOWN,
             shape_key=UNKNOWN, settings_key=UNKNOWN, protocol_key=UNKNOWN, reference_key=UNKNOWN,
-            backend="tensorrt", status=row.status, median_ms=row.gpu_time_ms, losses=losses,
+            backend="tensorrt", status=TrialStatus(row.status), median_ms=row.gpu_time_ms, losses=losses,
             error=sanitize("; ".join(p for p in (row.error_message, row.note) if p)),
             meta=sanitize_data(meta), created_at=created_at,
             host=UNKNOWN, source=f"{header.source}:{cache.path}")

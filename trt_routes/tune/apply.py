@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator
 
 from trt_routes.cache.store import CacheStore, TrialRecord, database_error
 from trt_routes.errors import CacheError
+from trt_routes.evidence import TrialStatus
 from trt_routes.execute.base import Executor
 from trt_routes.execute.tasks import TaskResult, WarmupTask, warmups
 from trt_routes.files import memo
-from trt_routes.jobs import Job
+from trt_routes.jobs import Job, PlanAction
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan import decision as decisions
 from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcomes, settle
@@ -215,7 +216,7 @@ class Applier:
         the same reference, or submitted now); any other job (a reselection) has nothing to run."""
         job = jp.job
         tuning = JobRun(jp, time.perf_counter(), self.cache.group(job.group_key))
-        if jp.action != "tune":
+        if jp.action != PlanAction.TUNE:
             return tuning
         assert job.expression is not None and job.catalog is not None
         tuning.search = self.job_search(job, tuning.trials)
@@ -328,7 +329,7 @@ class Applier:
                 raise JobFailed(tuning.error)
             assert tuning.raw is not None
             outcome.reused = sum(1 for r in cands if r in trials) - tuning.built
-            outcome.failed = sum(1 for r in cands if r in trials and trials[r].status != "ok")
+            outcome.failed = sum(1 for r in cands if r in trials and trials[r].status != TrialStatus.OK)
             sel, pending = (tuning.raw, []) if tuning.confirm_failed else final_selection(
                 job, trials, [], self.cache, self.lock.jobs.get(job.name), raw=tuning.raw)
             outcome.selection = sel
@@ -340,7 +341,7 @@ class Applier:
                 winner = self.runner.run_trial(job, sel.winner, self.runner.reference(job))
                 trials[sel.winner] = winner
                 outcome.built += 1
-                if winner.status != "ok":
+                if winner.status != TrialStatus.OK:
                     raise JobFailed(f"rebuilding the winner failed: {winner.error}")
             outcome.lock_entry = self.locks.entry(job, sel, winner, cands, outcome)
             t0 = time.perf_counter()
@@ -377,7 +378,7 @@ class Applier:
 
 def warmup_tasks(plan: Plan) -> list[WarmupTask]:
     """One warm-up per backend and target device among the jobs to tune (``Executor.warm``)."""
-    return warmups(jp.job for jp in plan.jobs if jp.action == "tune")
+    return warmups(jp.job for jp in plan.jobs if jp.action == PlanAction.TUNE)
 
 
 def apply(project: Project, options: ApplyOptions | None = None, reporter: Reporter | None = None,
@@ -443,10 +444,11 @@ def _apply(project: Project, options: ApplyOptions, reporter: Reporter,
                 applier = Applier(project, cache, lock, reporter, options, executor)
                 applier.timings = timings
                 for jp in plan.jobs:
-                    if jp.action == "up-to-date":
+                    if jp.action == PlanAction.UP_TO_DATE:
                         result.outcomes.append(JobOutcome(job=jp.job, action=jp.action, reused=jp.reused,
                                                           lock_entry=lock.jobs.get(jp.job.name)))
-                run = [jp for jp in plan.jobs if jp.action not in ("blocked", "skipped", "up-to-date")]
+                idle = (PlanAction.BLOCKED, PlanAction.SKIPPED, PlanAction.UP_TO_DATE)
+                run = [jp for jp in plan.jobs if jp.action not in idle]
                 for outcome in applier.tune_jobs(run, options.keep_going):
                     result.outcomes.append(outcome)
                     reporter.job_done(outcome)

@@ -9,6 +9,7 @@ __all__ = ["BUSY_RETAKES", "ConfirmationRounds"]
 
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import TrialRecord
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.noise import busy_reason
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
@@ -74,7 +75,7 @@ class ConfirmationRounds:
         tuning.remeasuring = None
         job, settings = tuning.job, tuning.job.strategy.confirm
         assert settings is not None
-        if result.status != "ok":
+        if result.status != TrialStatus.OK:
             self.confirmation_failed(tuning, f"{result.status}: {result.error}")
             return
         busy = busy_reason(result.meta, job.measurement.busy)
@@ -122,7 +123,7 @@ class ConfirmationRounds:
             if not self.have_engine(sha):
                 self.runner.reporter.rebuild(job, route)
                 trials[route] = self.runner.run_trial(job, route, ref)
-                if trials[route].status != "ok":
+                if trials[route].status != TrialStatus.OK:
                     return f"rebuilding {describe(route)} failed: {trials[route].error}"
         engines = tuple((r, job.build_spec(route_dict(r)), trials[r].engine_sha256) for r in routes)
         return RemeasureTask(

@@ -8,6 +8,7 @@ import time
 from trt_routes import canonical
 from trt_routes.backends import registry
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.facts import batch_of
 from trt_routes.jobs import Job
 from trt_routes.lockfile import (
@@ -71,7 +72,7 @@ class LockWriter:
             target=job.target,
             settings=job.settings,
             route=sel.winner,
-            status="ok",
+            status=TrialStatus.OK,
             trial=winner.id,
             group_key=job.group_key,
             keys=job.key_parts(),
@@ -103,7 +104,7 @@ class LockWriter:
             route = baseline_for(job, sel)  # best of presets: the fastest eligible listed one
             base = sel.verdict(route)
             base_ms = sel.baseline_ms if sel.baseline_ms is not None else (
-                base.median_ms if base is not None and base.status == "ok" else None)
+                base.median_ms if base is not None and base.status == TrialStatus.OK else None)
             timing.baseline = route
             if job.baseline_choices:
                 timing.baseline_source = job.baseline_source_of(route)

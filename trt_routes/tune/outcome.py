@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import Exit, UsageError
-from trt_routes.jobs import Job
+from trt_routes.jobs import Job, PlanAction
 from trt_routes.lockfile import LockEntry
 from trt_routes.plan.diff import Plan
 from trt_routes.selection.rank import Selection
@@ -89,7 +89,7 @@ class ApplyOptions:
 @dataclass
 class JobOutcome:
     job: Job
-    action: str
+    action: PlanAction | Literal["frozen"]  # "frozen": apply --frozen rebuilt the locked route
     built: int = 0
     reused: int = 0
     failed: int = 0

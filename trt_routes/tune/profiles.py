@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from trt_routes.backends import registry
 from trt_routes.backends.base import Backend
 from trt_routes.cache.store import TrialRecord
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.layers import LayerProfile
 from trt_routes.execute.tasks import ProfileTask
 from trt_routes.files.artifacts import atomic_write_text
@@ -55,7 +56,7 @@ def profile_finalists(runner: TrialRunner, job: Job, trials: Mapping[str, TrialR
     taken = 0
     for route in dict.fromkeys(routes):
         trial = trials.get(route)
-        if trial is None or trial.status != "ok" or not runner.store.has(trial.engine_sha256):
+        if trial is None or trial.status != TrialStatus.OK or not runner.store.has(trial.engine_sha256):
             continue
         path = folder / f"{trial.id}.json"
         if path.exists():
@@ -63,7 +64,7 @@ def profile_finalists(runner: TrialRunner, job: Job, trials: Mapping[str, TrialR
         task = ProfileTask(backend=job.backend, spec=job.build_spec(route_dict(route)),
                            store_root=str(runner.store.root), inputs_sha=inputs_sha, engine_sha=trial.engine_sha256)
         result = runner.executor.run(task, job.measurement.timeout_s)
-        if result.status != "ok" or "profile" not in result.meta:
+        if result.status != TrialStatus.OK or "profile" not in result.meta:
             runner.reporter.message(f"{job.name}: no layer profile of {describe(route)} ({result.error or 'none'})")
             continue
         folder.mkdir(parents=True, exist_ok=True)

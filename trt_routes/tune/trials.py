@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trt_routes.cache.store import CacheStore, TrialRecord
+from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.noise import Pooled, busy_reason
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
@@ -50,12 +51,12 @@ def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
     # already building it while the coordinator does this
     from trt_routes.evidence.measure import timing_stats  # numpy (apply has imported it: ``statistics_ready``)
 
-    stats = timing_stats(result.samples, seed=job.measurement.seed,
-                         block=job.measurement.iterations) if result.samples and result.status == "ok" else None
+    timed = result.samples and result.status == TrialStatus.OK
+    stats = timing_stats(result.samples, seed=job.measurement.seed, block=job.measurement.iterations) if timed else None
     return TrialRecord(
         id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
         signature=job.signature.hash if job.signature else "", backend=job.backend,
-        status=result.status if result.status != "ok" or stats else "crashed",
+        status=result.status if result.status != TrialStatus.OK or stats else TrialStatus.CRASHED,
         median_ms=stats.median if stats else None, ci_low=stats.ci_low if stats else None,
         ci_high=stats.ci_high if stats else None, mean_ms=stats.mean if stats else None,
         stdev_ms=stats.stdev if stats else None, samples=[float(f"{s:.6g}") for s in result.samples],
@@ -113,7 +114,7 @@ class TrialRunner:
 
     def reference_done(self, job: Job, result: TaskResult) -> tuple[str, str]:
         """Cache a reference run's result; JobFailed when it failed."""
-        if result.status != "ok":
+        if result.status != TrialStatus.OK:
             raise JobFailed(f"reference run failed ({result.status}): {result.error}")
         self.cache.add_reference(job.reference_key, result.inputs_sha256, result.outputs_sha256)
         return result.inputs_sha256, result.outputs_sha256
@@ -138,8 +139,8 @@ class TrialRunner:
     def record(self, job: Job, route: str, result: TaskResult) -> TrialRecord:
         """The one place a trial result becomes a cache row (the coordinator is the only writer)."""
         record = to_record(job, route, result)
-        busy = busy_reason(record.meta, job.measurement.busy) if record.status == "ok" else None
-        if busy is None and record.status == "ok" and job.measurement.busy.action == "warn":
+        busy = busy_reason(record.meta, job.measurement.busy) if record.status == TrialStatus.OK else None
+        if busy is None and record.status == TrialStatus.OK and job.measurement.busy.action == "warn":
             pooled = self._busy_pooled.setdefault(job.name, Pooled())
             pooled.add(record.meta)
             busy = pooled.reason(job.measurement.busy, record.meta)
