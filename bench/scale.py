@@ -129,8 +129,8 @@ class Timeline:
 
     def trial_done(self, job: Any, trial: Any) -> None:
         end = time.perf_counter() - self.t0
-        took = float(trial.meta.get("worker_s") or (trial.build_s or 0) + (trial.measure_s or 0))
-        self.trials.append((str(trial.meta.get("worker", "worker")), job.name, end - took, end))
+        took = float(trial.meta.worker_s or (trial.build_s or 0) + (trial.measure_s or 0))
+        self.trials.append((trial.meta.worker or "worker", job.name, end - took, end))
 
     def summary(self, wall: float) -> dict[str, Any]:
         """Per worker: time before its first trial, idle between trials, after its last; and each job's span."""
@@ -178,13 +178,13 @@ def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_cache
     by_worker: dict[str, int] = {}
     firsts: dict[str, float] = {}  # each worker's first trial also pays what the warm-up did not cover
     for t in sorted(rows, key=lambda t: t.created_at):
-        name = str(t.meta.get("worker", "worker"))
+        name = t.meta.worker or "worker"
         by_worker[name] = by_worker.get(name, 0) + 1
         firsts.setdefault(name, (t.build_s or 0) + (t.measure_s or 0))
     return {"workers": workers, "pinned": pin, "exit_code": result.exit_code, "trials": len(rows), "wall_s": wall,
             "trials_per_s": len(rows) / wall, "busy_s": busy, "by_worker": by_worker,
             "busy_after_first_s": busy - sum(firsts.values()), "first_trial_s": firsts,
-            "trials_detail": [(t.route, t.meta.get("worker"), t.build_s, t.measure_s, t.log[:600], t.job, t.median_ms)
+            "trials_detail": [(t.route, t.meta.worker, t.build_s, t.measure_s, t.log[:600], t.job, t.median_ms)
                               for t in rows],
             "statuses": sorted({t.status for t in rows}), "outside_trials": timeline.summary(wall),
             "routes": {o.job.name: (o.entry or {}).get("route") for o in result.outcomes}}

@@ -89,7 +89,7 @@ def test_trtexec_rows_become_trials_under_an_unknown_signature(trt: None, tmp_pa
     t = trials[0]
     assert t.source == f"trtexec:{(FIXTURES / 'best_config.json').resolve()}"
     assert t.model_digest == t.shape_key == t.host == "unknown"
-    assert t.meta["imported"]["time_statistic"] == "mean"
+    assert (t.meta.imported or {})["time_statistic"] == "mean"
     assert {x.status for x in trials} <= {"ok", "crashed", "accuracy-failed"}
     ok = [x for x in trials if x.status == "ok"]
     assert ok and all(x.median_ms is not None and x.losses for x in ok)

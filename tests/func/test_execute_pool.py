@@ -223,7 +223,7 @@ def test_two_cpu_workers_tune_the_same_routes_and_record_the_shared_cpu(
     assert "cpu_workers" not in Lockfile.read(one.parent / "tuning.lock").jobs["cnn/bs1/cpu"]["signature"]["fields"]
     project = open_project(two)
     with project.open_cache() as cache:
-        workers = {t.meta.get("worker") for t in cache.all_trials()}
+        workers = {t.meta.worker for t in cache.all_trials()}
     assert workers == {"cpu0", "cpu1"}
     # without the flag the shared-CPU trials are another signature's: plan wants to tune again...
     with project.open_cache() as cache:

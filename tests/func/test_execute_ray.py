@@ -60,7 +60,7 @@ def trials(manifest: Path) -> dict[str, tuple[str, str]]:
 def trial_meta(manifest: Path) -> dict[str, dict[str, Any]]:
     project = open_project(manifest)
     with project.open_cache() as cache:
-        return {t.route: {"status": t.status, "error": t.error, **t.meta} for t in cache.all_trials()}
+        return {t.route: {"status": t.status, "error": t.error, **t.meta.to_json()} for t in cache.all_trials()}
 
 
 def test_ray_tunes_the_same_trials_and_routes_as_the_local_executor(

@@ -207,7 +207,7 @@ def test_onnxruntime_on_cpu_stores_the_facts_of_every_trial(tmp_path: Path, tiny
         trials = [t for t in cache.all_trials() if t.status == "ok"]
     assert trials
     for t in trials:
-        f = t.meta["facts"]
+        f = t.meta.facts or {}
         assert f["latency.p50"] <= f["latency.p90"] <= f["latency.p99"] <= max(t.samples) + 1e-12
         assert f["latency.p99"] >= min(t.samples)
         batch = 4 if t.job.startswith("cnn/bs4") else 1
@@ -231,7 +231,7 @@ def test_trials_from_before_facts_derive_latency_and_plan_names_the_facts_they_l
     p = open_project(manifest)
     with p.open_cache() as cache:
         for t in cache.all_trials():
-            t.meta.pop("facts", None)
+            t.meta.facts = None
             cache.add_trial(t)
     edit_manifest(manifest, lambda d: d["objectives"].update(
         p99={"rank": "latency.p99"}, capped={"rank": "latency.p99", "limits": {"device_memory_mb": 200}}))

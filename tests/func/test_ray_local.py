@@ -37,4 +37,4 @@ def test_a_ray_instance_started_here_offers_this_machine_s_targets(tmp_path: Pat
     assert "skipped" not in done.stdout
     with CacheStore(project.cache_path) as cache:
         trials = cache.all_trials()
-    assert trials and all(t.meta.get("node") for t in trials)  # each ran as a Ray task
+    assert trials and all(t.meta.node for t in trials)  # each ran as a Ray task

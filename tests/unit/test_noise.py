@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-from trt_routes.evidence.noise import busy_reason, busy_summary, others_share
+from trt_routes.evidence.meta import TrialMeta
+from trt_routes.evidence.noise import busy_reason, busy_summary
 from trt_routes.manifest.schema import Busy, Measurement
+
+M = TrialMeta.from_json
 
 
 def test_a_quiet_trial_has_no_verdict() -> None:
-    assert busy_reason({"cpu_busy_others": 0.1, "loadavg": 0.4, "cpu_count": 2}, Busy()) is None
+    assert busy_reason(M({"cpu_busy_others": 0.1, "loadavg": 0.4, "cpu_count": 2}), Busy()) is None
 
 
 def test_a_busy_trial_says_how_busy_against_the_limit() -> None:
-    reason = busy_reason({"cpu_busy_others": 0.78, "loadavg": 9.5, "cpu_count": 2}, Busy())
+    reason = busy_reason(M({"cpu_busy_others": 0.78, "loadavg": 9.5, "cpu_count": 2}), Busy())
     assert reason is not None
     assert "78% of the CPUs" in reason and "limit 25%" in reason and "load 9.5 on 2 CPUs" in reason
 
 
 def test_ignore_and_missing_readings_give_no_verdict() -> None:
-    assert busy_reason({"cpu_busy_others": 0.9}, Busy(action="ignore")) is None
-    assert busy_reason({}, Busy()) is None
-    assert others_share({"cpu_busy_others": True}) is None  # never a bool read as a share
+    assert busy_reason(M({"cpu_busy_others": 0.9}), Busy(action="ignore")) is None
+    assert busy_reason(M({}), Busy()) is None
+    assert TrialMeta.from_json({"cpu_busy_others": True}).cpu_busy_others is None  # never a bool read as a share
 
 
 def test_the_summary_counts_the_busy_trials_of_a_job() -> None:
-    metas = [{"cpu_busy_others": x} for x in (0.1, 0.3, 0.65, 0.2)]
+    metas = [M({"cpu_busy_others": x}) for x in (0.1, 0.3, 0.65, 0.2)]
     line = busy_summary(metas, Busy())
     assert line is not None and line.startswith("2 of 4 trials") and "up to 65%" in line
     assert busy_summary(metas, Busy(max_others=0.7)) is None
@@ -61,7 +64,7 @@ def test_a_window_too_short_to_judge_is_stretched_when_the_verdict_refuses() -> 
             p.kill()
             p.wait()
     assert meta["cpu_ticks"] >= JUDGE_TICKS, meta
-    assert busy_reason(meta, Busy(max_others=0.25)) is not None, meta
+    assert busy_reason(M(meta), Busy(max_others=0.25)) is not None, meta
 
 
 def test_a_trial_too_short_to_judge_alone_is_judged_with_the_jobs_other_short_trials() -> None:
@@ -70,19 +73,19 @@ def test_a_trial_too_short_to_judge_alone_is_judged_with_the_jobs_other_short_tr
     from trt_routes.evidence.noise import JUDGE_TICKS, Pooled
 
     stray = {"cpu_busy_others": 0.25, "cpu_ticks": 4}
-    assert busy_reason(stray, Busy()) is None  # 1 tick of 4: not evidence
+    assert busy_reason(M(stray), Busy()) is None  # 1 tick of 4: not evidence
     quiet = Pooled()
     for meta in [stray] + [{"cpu_busy_others": 0.0, "cpu_ticks": 4}] * 5:
-        quiet.add(meta)
-    assert quiet.total >= JUDGE_TICKS and quiet.reason(Busy(), stray) is None  # 1 tick of 24: quiet
+        quiet.add(M(meta))
+    assert quiet.total >= JUDGE_TICKS and quiet.reason(Busy(), M(stray)) is None  # 1 tick of 24: quiet
     busy = Pooled()
     for _ in range(6):
-        busy.add({"cpu_busy_others": 0.5, "cpu_ticks": 4})
-    reason = busy.reason(Busy(), {"cpu_count": 1, "loadavg": 2.0})
+        busy.add(M({"cpu_busy_others": 0.5, "cpu_ticks": 4}))
+    reason = busy.reason(Busy(), M({"cpu_count": 1, "loadavg": 2.0}))
     assert reason is not None and "50%" in reason and "6 short trials" in reason
-    assert Pooled().reason(Busy(), {}) is None  # nothing to judge yet
-    line = busy_summary([{"cpu_busy_others": 0.5, "cpu_ticks": 4}] * 6 + [{"cpu_busy_others": 0.0, "cpu_ticks": 40}],
-                        Busy())
+    assert Pooled().reason(Busy(), M({})) is None  # nothing to judge yet
+    short, long = M({"cpu_busy_others": 0.5, "cpu_ticks": 4}), M({"cpu_busy_others": 0.0, "cpu_ticks": 40})
+    line = busy_summary([short] * 6 + [long], Busy())
     assert line is not None and "6 trials too short to judge alone" in line
 
 
@@ -136,4 +139,4 @@ def test_a_pinned_worker_reads_only_its_own_cores() -> None:
     # remains is whatever else this machine runs)
     assert same["cpu_busy_others"] > 0.8 and same["cpu_busy_others"] > sibling["cpu_busy_others"] + 0.3, (
         same, sibling)
-    assert busy_reason(same, Busy()) is not None
+    assert busy_reason(M(same), Busy()) is not None

@@ -13,6 +13,7 @@ from trt_routes.backends import landscape as ls
 from trt_routes.backends import meters
 from trt_routes.cache.store import TrialRecord
 from trt_routes.evidence import facts
+from trt_routes.evidence.meta import TrialMeta
 from trt_routes.manifest.schema import Objective, Tolerance
 from trt_routes.selection.rank import front_axes, pareto_front, select
 
@@ -24,7 +25,7 @@ def trial(route: str, median: float, stored: dict[str, float] | None = None, cos
     return TrialRecord(id=route or "default", group_key="g", job="j", route=route, signature="s",
                        model_digest="m", shape_key="k", settings_key="k", protocol_key="k", reference_key="k",
                        backend="replay", status="ok", median_ms=median, samples=samples or [median] * 5,
-                       losses={"y": {"cos": cos}}, build_s=1.0, meta={"facts": stored or {}})
+                       losses={"y": {"cos": cos}}, build_s=1.0, meta=TrialMeta(facts=stored or {}))
 
 
 def test_derived_facts_come_from_samples_and_fields_and_absent_ones_stay_absent() -> None:

@@ -108,9 +108,11 @@ def test_trials_store_the_warm_up_and_the_noise_context(tmp_path: Path, tiny_mod
         trials = cache.all_trials()
     assert trials and all(len(t.samples) == 8 for t in trials)
     for t in trials:
-        assert 3 <= t.meta["settle_runs"] <= 12 and "settle_medians_ms" in t.meta
-        assert {"loadavg", "cpu_count"} <= set(t.meta)  # cpu_busy needs at least one clock tick (10 ms)
-        assert 0.0 <= t.meta.get("cpu_busy_others", 0.0) <= t.meta.get("cpu_busy", 1.0) <= 1.0
+        m = t.meta
+        assert m.settle_runs is not None and 3 <= m.settle_runs <= 12 and m.settle_medians_ms
+        assert m.loadavg is not None and m.cpu_count  # cpu_busy needs at least one clock tick (10 ms)
+        assert 0.0 <= (m.cpu_busy_others or 0.0) <= (1.0 if m.cpu_busy is None else m.cpu_busy) <= 1.0
+        assert not m.extra, m.extra  # every key the worker writes is a field of TrialMeta
         assert t.ci_low is not None and t.ci_high is not None and t.ci_low <= t.median_ms <= t.ci_high  # type: ignore[operator]
 
 

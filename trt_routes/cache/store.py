@@ -27,6 +27,7 @@ from trt_routes import __version__
 from trt_routes.cache.schema import SCHEMA_VERSION, migrate
 from trt_routes.errors import CacheError, StorageError
 from trt_routes.evidence import TrialStatus
+from trt_routes.evidence.meta import TrialMeta
 
 LIGHT_COLUMNS = ", ".join(
     ["id", "group_key", "job", "route", "signature", "model_digest", "shape_key", "settings_key",
@@ -124,7 +125,7 @@ class TrialRecord:
     measure_s: float | None = None
     engine_sha256: str = ""
     outputs_sha256: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: TrialMeta = field(default_factory=TrialMeta)
     created_at: str = field(default_factory=now)
     host: str = field(default_factory=socket.gethostname)
     source: str = "local"
@@ -132,6 +133,7 @@ class TrialRecord:
 
     def to_row(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in fields(self)}  # shallow: the JSON columns copy
+        row["meta"] = self.meta.to_json()
         for key in ("samples", "losses", "meta"):
             row[key] = json.dumps(row[key], allow_nan=True, separators=(",", ":"))
         return row
@@ -143,6 +145,7 @@ class TrialRecord:
             data[key] = json.loads(data.get(key) or empty)
         for key in ("error", "log", "engine_sha256", "outputs_sha256", "source", "tool_version", "host"):
             data[key] = data.get(key) or ""
+        data["meta"] = TrialMeta.from_json(data["meta"])
         data["status"] = TrialStatus(data["status"])  # a status this version does not know: a corrupt row
         return cls(**data)
 

@@ -11,11 +11,12 @@ together whether the host was busy."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: a worker imports this module (JUDGE_TICKS) and needs no manifest
+    from trt_routes.evidence.meta import TrialMeta
     from trt_routes.manifest.schema import Busy
 
 #: Clock ticks (all the trial's CPUs together) a window needs for its share to be judged alone: one tick
@@ -23,37 +24,21 @@ if TYPE_CHECKING:  # annotations only: a worker imports this module (JUDGE_TICKS
 JUDGE_TICKS = 20
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def others_share(meta: Mapping[str, Any]) -> float | None:
-    """The share of its CPUs other processes kept busy while the trial was timed (None: not recorded)."""
-    return _number(meta.get("cpu_busy_others"))
-
-
-def ticks(meta: Mapping[str, Any]) -> float | None:
-    """The clock ticks its share was read over (None: a trial recorded before they were)."""
-    return _number(meta.get("cpu_ticks"))
-
-
-def judged_alone(meta: Mapping[str, Any]) -> bool:
+def judged_alone(meta: TrialMeta) -> bool:
     """Whether the trial's own window is long enough to judge it (older trials, without ticks: yes)."""
-    n = ticks(meta)
-    return n is None or n >= JUDGE_TICKS
+    return meta.cpu_ticks is None or meta.cpu_ticks >= JUDGE_TICKS
 
 
-def _reason(share: float, busy: Busy, meta: Mapping[str, Any], what: str) -> str:
-    load = meta.get("loadavg")
-    cores = meta.get("cpu_count")
-    extra = f", load {load:g} on {cores} CPUs" if isinstance(load, (int, float)) and cores else ""
+def _reason(share: float, busy: Busy, meta: TrialMeta, what: str) -> str:
+    load, cores = meta.loadavg, meta.cpu_count
+    extra = f", load {load:g} on {cores} CPUs" if load is not None and cores else ""
     return f"other processes kept {share:.0%} of the CPUs busy while {what} (limit {busy.max_others:.0%}{extra})"
 
 
-def busy_reason(meta: Mapping[str, Any], busy: Busy) -> str | None:
+def busy_reason(meta: TrialMeta, busy: Busy) -> str | None:
     """Why the trial's timing is suspect, or None when the host was quiet enough, busy checks are off, or its
     window was too short to judge alone (``Pooled`` judges those)."""
-    share = others_share(meta)
+    share = meta.cpu_busy_others
     if busy.action == "ignore" or share is None or share <= busy.max_others or not judged_alone(meta):
         return None
     return _reason(share, busy, meta, "it was timed")
@@ -67,8 +52,8 @@ class Pooled:
     total: float = 0.0
     trials: int = 0
 
-    def add(self, meta: Mapping[str, Any]) -> None:
-        share, n = others_share(meta), ticks(meta)
+    def add(self, meta: TrialMeta) -> None:
+        share, n = meta.cpu_busy_others, meta.cpu_ticks
         if share is not None and n is not None and n < JUDGE_TICKS:
             self.others += share * n
             self.total += n
@@ -79,20 +64,20 @@ class Pooled:
         """Their others' share, once their ticks together are enough to judge."""
         return self.others / self.total if self.total >= JUDGE_TICKS else None
 
-    def reason(self, busy: Busy, meta: Mapping[str, Any]) -> str | None:
+    def reason(self, busy: Busy, meta: TrialMeta) -> str | None:
         share = self.share
         if busy.action == "ignore" or share is None or share <= busy.max_others:
             return None
         return _reason(share, busy, meta, f"its {self.trials} short trials were timed, together")
 
 
-def busy_summary(metas: Iterable[Mapping[str, Any]], busy: Busy) -> str | None:
+def busy_summary(metas: Iterable[TrialMeta], busy: Busy) -> str | None:
     """One line for a job: how many of its trials were measured on a busy host, and the worst share (the
     short trials judged together)."""
     alone: list[float] = []
     pooled = Pooled()
     for meta in metas:
-        share = others_share(meta)
+        share = meta.cpu_busy_others
         if share is None:
             continue
         if judged_alone(meta):

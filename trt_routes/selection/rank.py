@@ -105,7 +105,7 @@ def gate(trial: TrialRecord, tolerance: Tolerance, lookup: LossLookup | None = N
             if value is None:
                 failures.append(f"{output}: {check.key} not measured")
             elif not math.isfinite(value) or value >= check.threshold:
-                point = ((trial.meta or {}).get("loss_points") or {}).get(output, {}).get(check.key)
+                point = (trial.meta.loss_points or {}).get(output, {}).get(check.key)
                 failures.append(f"{output}: {check.key} {_fmt(value)} >= {_fmt(check.threshold)}"
                                 + (f" at the profile's {point}" if point else ""))
     for output in sorted(set(tolerance.outputs) - set(trial.losses)):
@@ -185,7 +185,7 @@ def _rank(v: Verdict) -> tuple[float, int, int, str]:
 
 def trial_facts(trial: TrialRecord, batch: int | None = None) -> dict[str, float]:
     """``trial``'s facts: stored ones and what its samples and fields give (``trt_routes.evidence.facts.derived``)."""
-    stored = trial.meta.get("facts") if isinstance(trial.meta, dict) else None
+    stored = trial.meta.facts
     return facts_.derived(stored if isinstance(stored, dict) else None, trial.samples, trial.median_ms,
                           trial.build_s, batch)
 

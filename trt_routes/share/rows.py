@@ -17,6 +17,7 @@ from trt_routes import canonical
 from trt_routes.cache.store import STATUSES, TrialRecord
 from trt_routes.errors import CacheError, RouteError
 from trt_routes.evidence import TrialStatus
+from trt_routes.evidence.meta import TrialMeta
 from trt_routes.routes import parse_route
 from trt_routes.text import is_clean, loads_bounded, sanitize, sanitize_data
 
@@ -75,7 +76,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "list[float]": (lambda v: isinstance(v, list) and all(_is_number(x) and math.isfinite(x) for x in v),
                     "a list of finite numbers"),
     "dict[str, dict[str, float]]": (_losses, "an object {output: {metric: number}}"),
-    "dict[str, Any]": (lambda v: isinstance(v, dict), "an object"),
+    "TrialMeta": (lambda v: isinstance(v, dict), "an object"),
 }
 TRIAL_FIELDS = {f.name: f for f in fields(TrialRecord)}
 _UNCHECKED = sorted({str(f.type) for f in TRIAL_FIELDS.values()} - set(_CHECKS))
@@ -184,9 +185,9 @@ def parse_trial(obj: Any, where: str) -> TrialRecord:
     for name in _FREE_TEXT:
         if name in obj and len(obj[name]) > MAX_TEXT:
             raise bad(f"trial field '{name}' is longer than {MAX_TEXT} characters")
-    trial = TrialRecord(**{**obj, "status": TrialStatus(obj["status"])})
+    trial = TrialRecord(**{**obj, "status": TrialStatus(obj["status"]),
+                           "meta": TrialMeta.from_json(sanitize_data(obj.get("meta")))})
     trial.error, trial.log = sanitize(trial.error), sanitize(trial.log)
-    trial.meta = sanitize_data(trial.meta)
     problem = route_problem(trial.route)
     if problem:
         raise bad(f"trial field 'route': {problem}")
@@ -298,4 +299,4 @@ def parse_search(obj: Any, where: str) -> dict[str, Any]:
 
 def trial_json(trial: TrialRecord) -> dict[str, Any]:
     """A trial as bundle JSON (structures, not the cache's JSON-in-text columns)."""
-    return {f: getattr(trial, f) for f in TRIAL_FIELDS}
+    return {**{f: getattr(trial, f) for f in TRIAL_FIELDS}, "meta": trial.meta.to_json()}

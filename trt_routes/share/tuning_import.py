@@ -18,6 +18,7 @@ from trt_routes import canonical
 from trt_routes.cache.store import TrialRecord
 from trt_routes.errors import RouteError, UsageError
 from trt_routes.evidence import TrialStatus
+from trt_routes.evidence.meta import TrialMeta
 from trt_routes.interop.tuning_cache import (
     ImportedCache,
     TuningCacheFormatError,
@@ -116,7 +117,7 @@ def tuning_trials(cache: ImportedCache, job: Job, created_at: str) -> tuple[list
             shape_key=UNKNOWN, settings_key=UNKNOWN, protocol_key=UNKNOWN, reference_key=UNKNOWN,
             backend="tensorrt", status=TrialStatus(row.status), median_ms=row.gpu_time_ms, losses=losses,
             error=sanitize("; ".join(p for p in (row.error_message, row.note) if p)),
-            meta=sanitize_data(meta), created_at=created_at,
+            meta=TrialMeta.from_json(sanitize_data(meta)), created_at=created_at,
             host=UNKNOWN, source=f"{header.source}:{cache.path}")
         trial.group_key = expected_group_key(trial)
         trial.id = expected_trial_id(trial)

@@ -10,6 +10,7 @@ __all__ = ["BUSY_RETAKES", "ConfirmationRounds"]
 from trt_routes.cache import side_tables
 from trt_routes.cache.store import TrialRecord
 from trt_routes.evidence import TrialStatus
+from trt_routes.evidence.meta import TrialMeta
 from trt_routes.evidence.noise import busy_reason
 from trt_routes.execute.protocol import settle_spec
 from trt_routes.execute.tasks import RemeasureTask, TaskResult
@@ -78,7 +79,7 @@ class ConfirmationRounds:
         if result.status != TrialStatus.OK:
             self.confirmation_failed(tuning, f"{result.status}: {result.error}")
             return
-        busy = busy_reason(result.meta, job.measurement.busy)
+        busy = busy_reason(TrialMeta.from_json(result.meta), job.measurement.busy)
         if busy is not None:  # the turns were timed under load: take them again, then refuse or warn
             if tuning.busy_retakes < BUSY_RETAKES:
                 tuning.busy_retakes += 1

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.evidence import TrialStatus
+from trt_routes.evidence.meta import TrialMeta
 from trt_routes.evidence.noise import Pooled, busy_reason
 from trt_routes.execute.base import Executor
 from trt_routes.execute.protocol import settle_spec
@@ -62,7 +63,7 @@ def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
         stdev_ms=stats.stdev if stats else None, samples=[float(f"{s:.6g}") for s in result.samples],
         losses=result.losses, error=result.error, log=result.log[-20000:], build_s=result.build_s,
         measure_s=result.measure_s, engine_sha256=result.engine_sha256,
-        outputs_sha256=result.outputs_sha256, meta=result.meta, **job.key_parts(),
+        outputs_sha256=result.outputs_sha256, meta=TrialMeta.from_json(result.meta), **job.key_parts(),
     )
 
 
