@@ -186,7 +186,7 @@ def run(template: Path, workers: int, scratch: Path, pin: bool = True, own_cache
             "busy_after_first_s": busy - sum(firsts.values()), "first_trial_s": firsts,
             "trials_detail": [(t.route, t.meta.worker, t.build_s, t.measure_s, t.log[:600], t.job, t.median_ms)
                               for t in rows],
-            "statuses": sorted({t.status for t in rows}), "outside_trials": timeline.summary(wall),
+            "statuses": sorted({str(t.status) for t in rows}), "outside_trials": timeline.summary(wall),
             "routes": {o.job.name: (o.entry or {}).get("route") for o in result.outcomes}}
 
 

@@ -153,7 +153,7 @@ def _facts_problem(t: TrialRecord) -> str | None:
         if not t.engine_sha256:
             return "status 'ok' needs the engine's sha256"
     elif t.status in (TrialStatus.CRASHED, TrialStatus.TIMEOUT, TrialStatus.BUILD_ERROR) and not t.error.strip():
-        return f"status {t.status!r} needs the error that ended it"
+        return f"status '{t.status}' needs the error that ended it"
     elif t.status == TrialStatus.ACCURACY_FAILED and not (t.error.strip() or t.losses):
         return "status 'accuracy-failed' needs its losses or an error"
     if t.status == TrialStatus.BUILD_ERROR and t.engine_sha256:
