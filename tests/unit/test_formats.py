@@ -55,7 +55,7 @@ def test_every_schema_is_a_valid_2020_12_schema_naming_its_format() -> None:
         assert found["$schema"] == "https://json-schema.org/draft/2020-12/schema"
         assert found["properties"]["format"] == {"const": f"trt-routes/{name}@1"} and "format" in found["required"]
         assert found["title"] == f"trt-routes/{name}@1" and found["description"] == DESCRIPTIONS[name]
-    assert schema_for("trt-routes/plan@1") is schema("plan")
+    assert schema_for("trt-routes/plan@1") == schema("plan")
     with pytest.raises(UsageError, match="no JSON format 'nope'"):
         schema_for("nope")
 

@@ -30,7 +30,6 @@ from trt_routes.evidence import TrialStatus
 from trt_routes.routes import canonical, parse_route
 
 SCHEMA = "trt-routes/landscape@1"
-STATUSES = tuple(TrialStatus)
 
 
 class _Strict(BaseModel):

@@ -60,11 +60,13 @@ class TrialMeta:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> TrialMeta:
+        if not data:  # every light row (plan reads no meta)
+            return cls()
         known: dict[str, Any] = {}
         extra: dict[str, Any] = {}
-        for key, value in (data or {}).items():
-            kind = _TYPES.get(key)
-            if kind is not None and value is not None and _CHECKS[kind](value):
+        for key, value in data.items():
+            check = _FIELD_CHECKS.get(key)
+            if check is not None and value is not None and check(value):
                 known[key] = value
             else:
                 extra[key] = value
@@ -78,3 +80,4 @@ class TrialMeta:
 _TYPES = {f.name: str(f.type) for f in fields(TrialMeta) if f.name != "extra"}
 if set(_TYPES.values()) - set(_CHECKS):  # pragma: no cover - guards a new field's annotation
     raise RuntimeError(f"evidence/meta.py has no check for {sorted(set(_TYPES.values()) - set(_CHECKS))}")
+_FIELD_CHECKS = {name: _CHECKS[kind] for name, kind in _TYPES.items()}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cache
 from typing import Any
 
 from trt_routes.errors import UsageError
@@ -109,7 +108,6 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
-@cache
 def _adapter(name: str) -> Any:
     from pydantic import TypeAdapter
 
@@ -118,7 +116,6 @@ def _adapter(name: str) -> Any:
     return TypeAdapter(model(name))
 
 
-@cache
 def schema(name: str) -> dict[str, Any]:
     """The JSON Schema of format ``name``, generated from its model."""
     generated = _adapter(name).json_schema(mode="serialization")
