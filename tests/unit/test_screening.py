@@ -10,7 +10,7 @@ from trt_routes.routes import parse_expression, route_dict
 from trt_routes.search import Outcome, make_search
 from trt_routes.search.adaptive import AdaptiveSearch
 from trt_routes.search.job import JobSearch
-from trt_routes.search.screening import split_by_knob
+from trt_routes.search.screening import interleave, split_by_knob
 
 N = 48
 
@@ -101,3 +101,21 @@ def test_a_knob_that_helps_only_beside_a_gain_is_found_by_screening_again_on_the
     best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
     assert {"-k05": "1", "-k11": "1", "-k30": "1"}.items() <= route_dict(best).items()
     assert "-k17" not in route_dict(best)
+
+
+def test_a_gain_masked_by_a_loss_in_its_first_group_is_found_when_screened_again_among_other_values() -> None:
+    """-k08=1 is 15% faster and -k07=1 15% slower: side by side in their first-level group they cancel, so
+    both look neutral. The second screening interleaves the neutral values, so -k08=1 meets other values,
+    shows its gain and joins the incumbent; -k07=1 stays out."""
+    knobs = [{"option": f"-k{i:02d}", "values": ["0", "1"], "default": "0"} for i in range(N)]
+    land = validate_model({"format": "trt-routes/landscape@2", "knobs": knobs,
+                           "profiles": {"p": {"base_ms": 10.0, "effects": {"-k07": {"1": 0.16}, "-k08": {"1": -0.16},
+                                                                          "-k30": {"1": -0.105}}}}})
+    expr = parse_expression(land.expression_text(), land.catalog)
+    known = drive(JobSearch(make_search("adaptive", expr, land.catalog, budget=30), (), frozenset(), 30, None), land)
+    group = "-k06=1 -k07=1 -k08=1"  # their first-level group: no faster than the default
+    assert known[group].median_ms == known[""].median_ms
+    best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
+    assert route_dict(best).get("-k08") == "1" and "-k07" not in route_dict(best)
+    assert interleave([("-a", "1"), ("-b", "1"), ("-c", "1"), ("-d", "1")], 2) == [
+        ("-a", "1"), ("-c", "1"), ("-b", "1"), ("-d", "1")]

@@ -14,7 +14,8 @@ stopped search resumes. Its steps, each one batch that builds side by side:
    when lower (most groups change nothing, so one slow draw of the incumbent cannot make them "faster").
 2. **Screen again on the incumbent** (from ``SCREEN_SHARE`` of the budget): the units that were neutral, in
    groups of ``SECOND_SIZE`` (they built successfully before, so these groups rarely fail), as many as the
-   budget pays for: a knob that helps only beside a gain found in step 1 shows now.
+   budget pays for: a knob that helps only beside a gain found in step 1 shows now. The groups are
+   interleaved (``interleave``): a gain masked by a loss in its first group meets other units.
 3. **Drop passengers** (the last ``DROP_SHARE`` of the budget): for each group taken whole, the incumbent
    without one half, then without the other; a half whose removal costs nothing is dropped, a half whose
    removal costs is split again. The drops of one step are checked together by one build.
@@ -23,7 +24,7 @@ stopped search resumes. Its steps, each one batch that builds side by side:
 
 from __future__ import annotations
 
-__all__ = ["Ask", "GroupScreen", "Unit", "split_by_knob"]
+__all__ = ["Ask", "GroupScreen", "Unit", "interleave", "split_by_knob"]
 
 import contextlib
 import math
@@ -88,6 +89,13 @@ def split_by_knob(units: Sequence[Unit], size: int) -> list[list[Unit]]:
     return groups
 
 
+def interleave(units: Sequence[Unit], size: int) -> list[Unit]:
+    """``units`` reordered so that consecutive groups of ``size`` take every n-th unit: units that shared a group
+    before now meet others (a gain hidden beside a loss in its first group shows in its second)."""
+    n = max(1, math.ceil(len(units) / size))
+    return [u for start in range(n) for u in units[start::n]]
+
+
 def _halves(group: list[Unit]) -> list[list[Unit]]:
     return [group[: len(group) // 2], group[len(group) // 2:]]
 
@@ -149,7 +157,7 @@ class _Run:
         self.screen(deque(self.s.first), min(limit, math.floor(budget * SCREEN_SHARE)))
         moved, neutral = self.moved(), set(self.neutral)
         again = [u for u in self.s.units if u in neutral and u[0] not in moved]  # in screening order
-        self.screen(deque(split_by_knob(again, SECOND_SIZE)), limit)
+        self.screen(deque(split_by_knob(interleave(again, SECOND_SIZE), SECOND_SIZE)), limit)
         self.drop_passengers()
 
     def reference(self, outcomes: Sequence[Outcome]) -> float | None:
