@@ -22,7 +22,10 @@ Regret = the chosen route's true time / the best route the generator's noise-fre
 (three times the noise), ``nofail`` (no failing value), ``fail12`` (12% failing values), ``dense`` (10% strong
 gains, 5% strong losses, 25% small effects).
 
-Run: python bench/search_scale.py [--seeds 30] [--knobs 200] [--variant NAME]"""
+``--curve``: cold regret against the budget instead, group screening at 60-400 builds beside the one-knob scan
+(then combinations and a descent, what ``adaptive`` does without a budget) at 400, 600 and no budget.
+
+Run: python bench/search_scale.py [--seeds 30] [--knobs 200] [--variant NAME] [--curve]"""
 
 from __future__ import annotations
 
@@ -82,13 +85,15 @@ def trial(land: ModelLandscape, profile: str, route: str, seed: int, k: int) -> 
                        mean_ms=st.mean, losses={"y": {"cos": 0.0}})
 
 
-def run(land: ModelLandscape, profile: str, mode: str, budget: int, seed: int, warm: tuple[str, ...] = (),
-        avoid: tuple[str, ...] = (), seen: dict[str, TrialRecord] | None = None) -> tuple[str | None, int]:
+def run(land: ModelLandscape, profile: str, mode: str, budget: int | None, seed: int, warm: tuple[str, ...] = (),
+        avoid: tuple[str, ...] = (), seen: dict[str, TrialRecord] | None = None,
+        scan: bool = False) -> tuple[str | None, int]:
     """(chosen route, builds) of one search, apply's loop with one worker. ``avoid``: values that failed for a
-    related job (``trt_routes.search.priors``); ``seen`` receives the trials."""
+    related job (``trt_routes.search.priors``); ``seen`` receives the trials; ``scan``: ``adaptive`` as it
+    searches without a budget (the one-knob scan, then combinations), cut at ``budget``."""
     expr = parse_expression(land.expression_text(), land.catalog)
-    inner = make_search(mode, expr, land.catalog, warm=warm, budget=budget if mode == "adaptive" else None,
-                        avoid=avoid)
+    inner = make_search(mode, expr, land.catalog, warm=warm,
+                        budget=budget if mode == "adaptive" and not scan else None, avoid=avoid)
     search = JobSearch(inner, warm, frozenset(), budget, None)
     trials: dict[str, TrialRecord] = {}
     while True:
@@ -112,13 +117,45 @@ def regret(land: ModelLandscape, profile: str, route: str | None, best_ms: float
     return land.true_ms(route, profile) / best_ms
 
 
+CURVE: tuple[tuple[str, int | None, bool], ...] = (
+    *(("adaptive, max_builds", b, False) for b in (60, 120, 240, 400, 600, 800)),
+    *(("adaptive without a budget, cut at", b, True) for b in (400, 600, None)))
+
+
+def curve(seeds: int, knobs: int) -> None:
+    """Cold ``adaptive`` at growing budgets: with ``max_builds`` (group screening below 5/4 of the scan's routes),
+    and without one (the one-knob scan, combinations, a descent) cut at a number of builds."""
+    started = time.perf_counter()
+    rows: dict[tuple[str, int | None, bool], list[tuple[float, int]]] = {}
+    for seed in range(seeds):
+        data = make(seed, knobs)
+        land, best = validate_model(data), float(data["header"]["best"]["a"]["ms"])
+        for case in CURVE:
+            winner, used = run(land, "a", "adaptive", case[1], seed, scan=case[2])
+            rows.setdefault(case, []).append((regret(land, "a", winner, best), used))
+        print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    print(f"# bench/search_scale.py --curve: {seeds} seeds of {knobs}-knob TensorRT-shaped models, cold "
+          f"({datetime.date.today().isoformat()}, {cpu_fields()['cpu_model']}, Python {platform.python_version()})")
+    print("| search | max_builds | builds (mean) | regret median | regret p90 | within 3% |\n|---|---|---|---|---|---|")
+    for (name, budget, _), vals in rows.items():
+        reg = np.array([r for r, _ in vals])
+        print(f"| {name} | {budget or 'none'} | {np.mean([u for _, u in vals]):.0f} | {np.median(reg):.3f} | "
+              f"{np.quantile(reg, 0.9):.3f} | {np.mean(reg <= 1.03):.0%} |")
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=30)
     ap.add_argument("--knobs", type=int, default=200)
     ap.add_argument("--variant", choices=sorted(VARIANTS), help="other generator parameters (see the doc)")
+    ap.add_argument("--curve", action="store_true",
+                    help="regret against the build budget instead: group screening and the one-knob scan, cold")
     args = ap.parse_args()
     PARAMS.update(VARIANTS.get(args.variant or "", {}))
+    if args.curve:
+        curve(args.seeds, args.knobs)
+        return
     started = time.perf_counter()
     rows: dict[str, list[tuple[float, int]]] = {}
     for seed in range(args.seeds):

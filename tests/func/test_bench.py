@@ -375,3 +375,13 @@ def test_search_scale_prints_its_table(tmp_path: Path) -> None:
     rows = {r[1].strip(): r for r in (line.split("|") for line in out.splitlines() if line.startswith("| "))}
     assert {"cold@60", "cold@120", "fast@60 (before)"} <= set(rows), out
     assert all(float(rows[case][3]) > 0 for case in ("cold@60", "cold@120", "fast@60 (before)")), out
+
+
+def test_search_scale_curve_prints_regret_against_the_budget(tmp_path: Path) -> None:
+    """--curve: one row per search and budget, builds within the budget, regret a positive number."""
+    out = bench("search_scale.py", "--curve", "--seeds", "1", "--knobs", "30", cwd=tmp_path)
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith("| adaptive")]
+    assert len(rows) == 9, out
+    for _, budget, builds, median, *_ in rows:
+        assert budget == "none" or float(builds) <= int(budget), out
+        assert float(median) > 0, out

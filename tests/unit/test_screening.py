@@ -70,6 +70,21 @@ def test_an_unbounded_search_or_a_small_group_keeps_the_one_knob_scan() -> None:
     assert isinstance(tight, AdaptiveSearch) and not tight.grouped
 
 
+def test_a_budget_short_of_twice_the_scan_screens_in_groups_and_leaves_what_it_cannot_use() -> None:
+    """48 values: a budget of 90 cannot pay for the scan (49 routes) and its combinations (the scan may take half
+    of it), so the values are screened in groups; groups of one value would be a scan, so the procedure stops at
+    5/4 builds per value (60) and the search is complete, not stopped at its budget."""
+    land = landscape()
+    expr = parse_expression(land.expression_text(), land.catalog)
+    inner = make_search("adaptive", expr, land.catalog, budget=90)
+    assert isinstance(inner, AdaptiveSearch) and inner.grouped
+    search = JobSearch(inner, (), frozenset(), 90, None)
+    known = drive(search, land)
+    assert len(known) <= 60 and not search.unfinished(known)
+    best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
+    assert {"-k05": "1", "-k30": "1"}.items() <= route_dict(best).items() and "-k17" not in route_dict(best)
+
+
 def test_groups_never_hold_two_values_of_one_knob() -> None:
     units = [("-a", "1"), ("-b", "1"), ("-a", "2"), ("-c", "1"), ("-d", "1")]
     groups = split_by_knob(units, 3)

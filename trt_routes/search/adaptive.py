@@ -25,8 +25,10 @@ MAX_MOVES = 32
 SWEEPS = 1
 #: Screening routes (baseline, warm and one-knob) from which a budget too small for them screens in groups.
 GROUPED_MIN = 16
-#: Share of ``max_builds`` the one-knob scan may take (the rest combines): a larger scan screens in groups.
-SCAN_SHARE = 0.8
+#: Share of ``max_builds`` the one-knob scan may take (the rest combines and descends): a larger scan screens
+#: in groups. Below half, the scan cut at the budget picks a slower route than group screening does
+#: (``bench/search_scale.py --curve``).
+SCAN_SHARE = 0.5
 #: One-knob outcomes needed before the screening reference pools them with the baseline.
 POOL_MIN = 12
 
@@ -83,7 +85,7 @@ class AdaptiveSearch(Search):
         self.avoid = frozenset(avoid)
         screening = sorted(screen.routes, key=lambda r: (self._avoided(r), catalog.route_cost(route_dict(r))))
         self.phase1 = unique([self.baseline, *self.warm, *screening])
-        #: ``max_builds`` cannot pay for the one-knob scan and leave a quarter for combining: screen in groups
+        #: ``max_builds`` cannot pay for the one-knob scan and as many builds again to combine: screen in groups
         #: (and the group is large enough for groups to save builds: small groups keep the one-knob scan)
         self.grouped = budget is not None and len(self.phase1) >= GROUPED_MIN and \
             len(self.phase1) > budget * SCAN_SHARE

@@ -42,6 +42,9 @@ SCREEN_SHARE = 0.7
 DROP_SHARE = 0.15
 #: Group size when screening again (every unit in it built successfully before).
 SECOND_SIZE = 12
+#: Builds per unit beyond which a budget is left unused: with more, first-level groups would hold one unit
+#: each (a scan) and the later steps do not pay for the rest (``bench/search_scale.py --curve``).
+MAX_PER_UNIT = 1.25
 #: A group faster than the reference by this (log of the time ratio) is added to the incumbent.
 GAIN = 0.02
 #: A group this much slower (log) is split: a gain may hide behind a loss.
@@ -112,7 +115,7 @@ class GroupScreen:
     def __init__(self, centre: Mapping[str, str], units: Sequence[Unit], budget: int,
                  route_of: Callable[[Mapping[str, str]], str], last: Callable[[Unit], bool] = lambda u: False) -> None:
         self.centre = dict(centre)
-        self.budget = budget
+        self.budget = min(budget, math.ceil(len(units) * MAX_PER_UNIT))
         self.route_of = route_of
         # every knob's first value before its second: groups mix knobs, not values; ``last`` units after all
         seen: Counter[str] = Counter()
@@ -122,7 +125,7 @@ class GroupScreen:
             seen[unit[0]] += 1
         self.units = sorted(units, key=lambda u: (last(u), rank[u]))
         first = [u for u in self.units if not last(u)]
-        self.size = max(1, math.ceil(len(self.units) / max(1, min(len(self.units), int(budget * FIRST_LEVEL)))))
+        self.size = max(1, math.ceil(len(self.units) / max(1, min(len(self.units), int(self.budget * FIRST_LEVEL)))))
         self.first = split_by_knob(first, self.size) + split_by_knob(self.units[len(first):], self.size)
 
     def run(self, known: Mapping[str, Outcome], start: Sequence[str], centre_route: str) -> list[str]:
