@@ -95,8 +95,9 @@ def _confirmed(tmp_path: Path, tiny_models: dict[str, Path], busy: object) -> Pa
 def test_a_decision_taken_again_under_load_is_refused_and_the_old_one_kept(
         faulty: None, tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     """The confirmation carries the trials' busy check: its turns timed under load are taken again, then
-    refused (measurement.busy: refuse), and the decision made on the quiet host stays locked."""
-    manifest = _confirmed(tmp_path, tiny_models, {"action": "refuse", "max_others": 0.5})
+    refused (measurement.busy: refuse), and the decision made on the quiet host stays locked. The limit is 0.3:
+    one burner per CPU kept others at 50-52% of a 2-CPU CI host while the turns ran, so 0.5 sat on that edge."""
+    manifest = _confirmed(tmp_path, tiny_models, {"action": "refuse", "max_others": 0.3})
     before = (manifest.parent / "tuning.lock").read_text()
     import os
 
@@ -120,7 +121,7 @@ def test_a_decision_taken_again_under_load_is_refused_and_the_old_one_kept(
 
 def test_a_decision_made_under_load_says_so_and_remeasure_takes_it_again(
         faulty: None, tmp_path: Path, tiny_models: dict[str, Path], burners: None) -> None:
-    manifest = _confirmed(tmp_path, tiny_models, {"action": "warn", "max_others": 0.5})
+    manifest = _confirmed(tmp_path, tiny_models, {"action": "warn", "max_others": 0.3})
     code, out = cli("apply", "--remeasure", "-m", str(manifest))
     assert code == 0, out
     assert "decided side by side while other processes kept" in out and "apply --remeasure" in out
