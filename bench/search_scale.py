@@ -6,7 +6,8 @@ objects under their budget (``JobSearch``), the apply loop's rule (the default r
 ``outcomes`` (the accuracy gate) and ``select`` (no side-by-side confirmation: it adds no build).
 Trials are drawn from the model as the replay backend draws them (seeded per seed, route and count).
 
-- cold: profile ``a``, nothing related known, ``max_builds`` 60 and 120;
+- cold: profile ``a``, nothing related known, ``max_builds`` 60 and 120, and ``max_minutes`` 180 with the
+  model's 3-minute builds (60 builds: the same routes as ``max_builds`` 60);
 - warm: profile ``b`` with the route cold@120 chose for profile ``a`` as the warm start (same model, another
   shape), ``max_builds`` 60: with that winner only, and with the values that failed in cold@120's trials
   (``trt_routes.search.priors.failed_values``, what ``plan``/``apply`` read from the cache) screened last;
@@ -72,7 +73,7 @@ ITERATIONS, REPEATS = 20, 5
 def trial(land: ModelLandscape, profile: str, route: str, seed: int, k: int) -> TrialRecord:
     base: dict[str, Any] = dict(id=route, group_key="g", job="bench", route=route, signature="s", model_digest="m",
                                 shape_key="x", settings_key="y", protocol_key="p", reference_key="r",
-                                backend="replay")
+                                backend="replay", build_s=land.data.profiles[profile].build_s)
     status = land.status(route)
     if status == "accuracy-failed":
         return TrialRecord(**base, status="ok", median_ms=1.0, losses={"y": {"cos": math.inf}})
@@ -87,14 +88,15 @@ def trial(land: ModelLandscape, profile: str, route: str, seed: int, k: int) -> 
 
 def run(land: ModelLandscape, profile: str, mode: str, budget: int | None, seed: int, warm: tuple[str, ...] = (),
         avoid: tuple[str, ...] = (), seen: dict[str, TrialRecord] | None = None,
-        scan: bool = False) -> tuple[str | None, int]:
+        scan: bool = False, minutes: float | None = None) -> tuple[str | None, int]:
     """(chosen route, builds) of one search, apply's loop with one worker. ``avoid``: values that failed for a
     related job (``trt_routes.search.priors``); ``seen`` receives the trials; ``scan``: ``adaptive`` as it
-    searches without a budget (the one-knob scan, then combinations), cut at ``budget``."""
+    searches without a budget (the one-knob scan, then combinations), cut at ``budget``; ``minutes``: a
+    ``max_minutes`` budget (the model's ``build_s`` per build; no clock runs, so the search decides alone)."""
     expr = parse_expression(land.expression_text(), land.catalog)
     inner = make_search(mode, expr, land.catalog, warm=warm,
-                        budget=budget if mode == "adaptive" and not scan else None, avoid=avoid)
-    search = JobSearch(inner, warm, frozenset(), budget, None)
+                        budget=budget if mode == "adaptive" and not scan else None, avoid=avoid, minutes=minutes)
+    search = JobSearch(inner, warm, frozenset(), budget, minutes)
     trials: dict[str, TrialRecord] = {}
     while True:
         batch = search.next_batch(outcomes(trials, TOL))
@@ -168,6 +170,9 @@ def main() -> None:
         for budget in (60, 120):
             cold[budget], used = run(land, "a", "adaptive", budget, seed, seen=related if budget == 120 else None)
             rows.setdefault(f"cold@{budget}", []).append((regret(land, "a", cold[budget], best["a"]), used))
+        winner, used = run(land, "a", "adaptive", None, seed, minutes=180.0)
+        rows.setdefault("cold, max_minutes 180 (3-minute builds)", []).append(
+            (regret(land, "a", winner, best["a"]), used))
         winner, used = run(land, "a", "fast", 60, seed)
         rows.setdefault("fast@60 (before)", []).append((regret(land, "a", winner, best["a"]), used))
         prior = (cold[120],) if cold[120] else ()

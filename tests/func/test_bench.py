@@ -375,6 +375,7 @@ def test_search_scale_prints_its_table(tmp_path: Path) -> None:
     rows = {r[1].strip(): r for r in (line.split("|") for line in out.splitlines() if line.startswith("| "))}
     assert {"cold@60", "cold@120", "fast@60 (before)"} <= set(rows), out
     assert all(float(rows[case][3]) > 0 for case in ("cold@60", "cold@120", "fast@60 (before)")), out
+    assert rows["cold, max_minutes 180 (3-minute builds)"][2:4] == rows["cold@60"][2:4], out  # the same 60 builds
 
 
 def test_search_scale_curve_prints_regret_against_the_budget(tmp_path: Path) -> None:

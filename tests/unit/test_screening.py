@@ -85,6 +85,31 @@ def test_a_budget_short_of_twice_the_scan_screens_in_groups_and_leaves_what_it_c
     assert {"-k05": "1", "-k30": "1"}.items() <= route_dict(best).items() and "-k17" not in route_dict(best)
 
 
+def test_max_minutes_that_cannot_pay_for_the_scan_screens_in_groups_sized_by_the_baseline_build() -> None:
+    """max_minutes 20 with one-minute builds pays for about 20 builds, not for the 49 of the scan: the first
+    batch is the baseline alone (its build time says so), then the values are screened in groups within
+    those 20 builds. A build time that pays for the scan twice over keeps it."""
+    land = landscape()
+    expr = parse_expression(land.expression_text(), land.catalog)
+
+    def timed(route: str) -> Outcome:
+        o = outcome_of(land, route)
+        return Outcome(o.ok, o.median_ms, o.ci_low, o.ci_high, build_s=60.0)
+
+    inner = make_search("adaptive", expr, land.catalog, minutes=20.0)
+    assert isinstance(inner, AdaptiveSearch) and not inner.grouped and inner.timed
+    assert inner.next_batch({}) == [""] and "max_minutes" in (inner.pending({}) or "")
+    known: dict[str, Outcome] = {}
+    while batch := inner.next_batch(known):
+        known.update((r, timed(r)) for r in batch)
+    assert inner.screen_budget(known) == 20 and len(known) <= 20
+    best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
+    assert {"-k05": "1", "-k30": "1"}.items() <= route_dict(best).items() and "-k17" not in route_dict(best)
+    roomy = make_search("adaptive", expr, land.catalog, minutes=200.0)
+    assert isinstance(roomy, AdaptiveSearch) and roomy.screen_budget({"": timed("")}) is None
+    assert len(roomy.next_batch({"": timed("")})) == N  # the one-knob scan
+
+
 def test_groups_never_hold_two_values_of_one_knob() -> None:
     units = [("-a", "1"), ("-b", "1"), ("-a", "2"), ("-c", "1"), ("-d", "1")]
     groups = split_by_knob(units, 3)

@@ -66,10 +66,11 @@ class AdaptiveSearch(Search):
     keeps_proposals = True
 
     def __init__(self, expr: Expression, catalog: Catalog, warm: Iterable[str] = (), min_gain: float = 0.01,
-                 budget: int | None = None, avoid: Iterable[str] = ()) -> None:
+                 budget: int | None = None, avoid: Iterable[str] = (), minutes: float | None = None) -> None:
         self._routes = _Routes(expr, catalog)
         self.min_gain = min_gain
         self.budget = budget
+        self.minutes = minutes
         screen = FastSearch(expr, catalog)
         self.baseline = screen.baseline
         self.varied = {t.option: t for t in self._routes.varied}
@@ -89,7 +90,9 @@ class AdaptiveSearch(Search):
         #: (and the group is large enough for groups to save builds: small groups keep the one-knob scan)
         self.grouped = budget is not None and len(self.phase1) >= GROUPED_MIN and \
             len(self.phase1) > budget * SCAN_SHARE
-        self._screens: dict[str, GroupScreen] = {}
+        #: ``max_minutes``: how many builds it pays for is known once the baseline is built (``timed_budget``)
+        self.timed = minutes is not None and not self.grouped and len(self.phase1) >= GROUPED_MIN
+        self._screens: dict[tuple[str, int], GroupScreen] = {}
 
     def _avoided(self, route: str) -> bool:
         return any(f"{o}={v}" in self.avoid for o, v in route_dict(route).items())
@@ -158,8 +161,11 @@ class AdaptiveSearch(Search):
         """Screening; the positives combined; coordinate descent over the positives; then re-screening of
         the other knobs around the incumbent (a strong knob can change what the others do: CUDA graphs
         remove launch noise that hid a kernel knob's gain), which adds knobs to the descent."""
-        if self.grouped:
-            return self._grouped(known)
+        if self.timed and self.baseline not in known:
+            return unique([self.baseline, *self.warm])  # its build time says what max_minutes pays for
+        budget = self.screen_budget(known)
+        if budget is not None:
+            return self._grouped(known, budget)
         cands = list(self.phase1)
         if any(r not in known for r in self.phase1):
             return cands
@@ -243,33 +249,52 @@ class AdaptiveSearch(Search):
                     out.append(route)
         return unique(out)
 
-    def _grouped(self, known: Mapping[str, Outcome]) -> list[str]:
+    def timed_budget(self, known: Mapping[str, Outcome]) -> int | None:
+        """The builds ``max_minutes`` pays for at the baseline's build time (at most ``max_builds``); None
+        without ``max_minutes``, before the baseline is built, or when its build time is unknown."""
+        outcome = known.get(self.baseline)
+        if not self.timed or self.minutes is None or outcome is None or not outcome.build_s:
+            return None
+        builds = int(self.minutes * 60.0 // outcome.build_s)
+        return builds if self.budget is None else min(builds, self.budget)
+
+    def screen_budget(self, known: Mapping[str, Outcome]) -> int | None:
+        """The builds group screening runs under, or None when the one-knob scan pays (see ``SCAN_SHARE``)."""
+        if self.grouped:
+            return self.budget
+        builds = self.timed_budget(known)
+        return builds if builds is not None and len(self.phase1) > builds * SCAN_SHARE else None
+
+    def _grouped(self, known: Mapping[str, Outcome], budget: int) -> list[str]:
         """Group screening around the centre, the best of the baseline and the warm routes
         (``trt_routes.search.screening``)."""
-        assert self.budget is not None
         start = unique([self.baseline, *self.warm])
         if any(r not in known for r in start):
             return start
         centre = self._best(start, known) or self.baseline
-        return self._screen(centre).run(known, start, centre)
+        return self._screen(centre, budget).run(known, start, centre)
 
-    def _screen(self, centre: str) -> GroupScreen:
-        if centre not in self._screens:
+    def _screen(self, centre: str, budget: int) -> GroupScreen:
+        if (centre, budget) not in self._screens:
             assign = self._assign(centre)
             units = [(t.option, v) for t in self._routes.varied for v in t.values
                      if v != assign.get(t.option, self._default(t.option))]
-            self._screens[centre] = GroupScreen(
-                assign, units, self.budget or 0, self._routes.route,
+            self._screens[(centre, budget)] = GroupScreen(
+                assign, units, budget, self._routes.route,
                 last=lambda u: f"{u[0]}={u[1]}" in self.avoid)  # failed for related jobs: screened last
-        return self._screens[centre]
+        return self._screens[(centre, budget)]
 
     def _default(self, option: str) -> str:
         knob = self._routes.catalog.get(option)
         return knob.default if knob is not None else ""
 
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
-        if self.grouped:
-            return None if self.baseline in known else "adaptive: group screening waits for the baseline"
+        if self.grouped and self.baseline not in known:
+            return "adaptive: group screening waits for the baseline"
+        if self.timed and self.baseline not in known:
+            return "adaptive: waits for the baseline's build time, which says how many builds max_minutes pays for"
+        if self.screen_budget(known) is not None:
+            return None
         missing = sum(1 for r in self.phase1 if r not in known)
         if not missing or not any(self.one_knob.values()):
             return None

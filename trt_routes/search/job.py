@@ -215,8 +215,10 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     if running and row is None:
         side_tables.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0,
                                      avoid=list(avoid))
+    adaptive = job.strategy.mode == "adaptive"
     inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain,
-                          job.strategy.max_builds if job.strategy.mode == "adaptive" else None, avoid)
+                          job.strategy.max_builds if adaptive else None, avoid,
+                          job.strategy.max_minutes if adaptive else None)
     catalog = job.catalog
     search = JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
                        int(row["builds"] or 0) if row else 0,

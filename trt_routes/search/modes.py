@@ -26,27 +26,31 @@ _STRATEGIES: dict[str, Callable[[Expression, Catalog], Search]] = {
 
 
 def make_search(mode: str, expr: Expression, catalog: Catalog, *, warm: tuple[str, ...] = (),
-                min_gain: float = 0.01, budget: int | None = None, avoid: tuple[str, ...] = ()) -> Search:
+                min_gain: float = 0.01, budget: int | None = None, avoid: tuple[str, ...] = (),
+                minutes: float | None = None) -> Search:
     """The strategy for ``mode`` over ``expr``, after checking the expression against the catalog.
 
     ``warm`` (routes that won for related jobs), ``avoid`` (values that failed for them: screened last),
-    ``min_gain`` and ``budget`` (``max_builds``: group screening
-    when it cannot pay for a one-knob scan) are used by ``adaptive`` only."""
+    ``min_gain``, ``budget`` (``max_builds``: group screening when it cannot pay for a one-knob scan) and
+    ``minutes`` (``max_minutes``: the same, with the builds it pays for at the baseline's build time) are used
+    by ``adaptive`` only."""
     if mode not in MODES:
         close = difflib.get_close_matches(mode, MODES, n=1)
         hint = f"did you mean `{close[0]}`? " if close else ""
         raise RouteError(f"unknown search mode `{mode}`", f"{hint}modes: {', '.join(MODES)}")
     validate_expression(expr, catalog)
     if mode == "adaptive":
-        return AdaptiveSearch(expr, catalog, warm, min_gain, budget, avoid)
+        return AdaptiveSearch(expr, catalog, warm, min_gain, budget, avoid, minutes)
     return _STRATEGIES[mode](expr, catalog)
 
 
 @functools.lru_cache(maxsize=256)
 def cached_search(mode: str, expr: Expression, catalog: Catalog, warm: tuple[str, ...] = (),
-                  min_gain: float = 0.01, budget: int | None = None, avoid: tuple[str, ...] = ()) -> Search:
+                  min_gain: float = 0.01, budget: int | None = None, avoid: tuple[str, ...] = (),
+                  minutes: float | None = None) -> Search:
     """``make_search`` memoized: strategies are stateless, so jobs sharing a switch group share one."""
-    return make_search(mode, expr, catalog, warm=warm, min_gain=min_gain, budget=budget, avoid=avoid)
+    return make_search(mode, expr, catalog, warm=warm, min_gain=min_gain, budget=budget, avoid=avoid,
+                       minutes=minutes)
 
 
 def expand(mode: str, expr: Expression, catalog: Catalog) -> list[str]:
