@@ -50,6 +50,7 @@ from make_trt_landscapes import PARAMS, make  # noqa: E402
 from trt_routes.backends.landscape import route_seed  # noqa: E402
 from trt_routes.backends.landscape_model import ModelLandscape, validate_model  # noqa: E402
 from trt_routes.cache import TrialRecord  # noqa: E402
+from trt_routes.evidence import TrialStatus  # noqa: E402
 from trt_routes.evidence.measure import timing_stats  # noqa: E402
 from trt_routes.manifest import Check, Tolerance  # noqa: E402
 from trt_routes.plan import outcomes  # noqa: E402
@@ -75,15 +76,14 @@ def trial(land: ModelLandscape, profile: str, route: str, seed: int, k: int) -> 
                                 shape_key="x", settings_key="y", protocol_key="p", reference_key="r",
                                 backend="replay", build_s=land.data.profiles[profile].build_s)
     status = land.status(route)
-    if status == "accuracy-failed":
-        return TrialRecord(**base, status="ok", median_ms=1.0, losses={"y": {"cos": math.inf}})
-    if status != "ok":
-        return TrialRecord(**base, status=status, error="replayed")
+    if status not in ("ok", "accuracy-failed"):
+        return TrialRecord(**base, status=TrialStatus(status), error="replayed")
     rng = np.random.default_rng(route_seed(seed, route, profile, ITERATIONS, REPEATS, k))
     samples = land.samples(route, profile, ITERATIONS, REPEATS, rng)
     st = timing_stats(samples, seed=0, resamples=200, block=ITERATIONS)
-    return TrialRecord(**base, status="ok", median_ms=st.median, ci_low=st.ci_low, ci_high=st.ci_high,
-                       mean_ms=st.mean, losses={"y": {"cos": 0.0}})
+    # an accuracy-failed route is timed too, as the worker does (its outputs are NaN: infinite losses)
+    return TrialRecord(**base, status=TrialStatus(status), median_ms=st.median, ci_low=st.ci_low, ci_high=st.ci_high,
+                       mean_ms=st.mean, losses={"y": {"cos": 0.0 if status == "ok" else math.inf}})
 
 
 def run(land: ModelLandscape, profile: str, mode: str, budget: int | None, seed: int, warm: tuple[str, ...] = (),

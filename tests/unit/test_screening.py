@@ -26,10 +26,12 @@ def landscape() -> ModelLandscape:
 
 
 def outcome_of(land: ModelLandscape, route: str) -> Outcome:
-    if land.status(route) != "ok":
+    """As ``outcomes`` reads a trial: a route that fails the accuracy gate was built and timed, a crash was not."""
+    status = land.status(route)
+    if status not in ("ok", "accuracy-failed"):
         return Outcome(False, None)
     t = land.true_ms(route, "p")
-    return Outcome(True, t, t * 0.995, t * 1.005)
+    return Outcome(status == "ok", t, t * 0.995, t * 1.005)
 
 
 def drive(search: JobSearch, land: ModelLandscape) -> dict[str, Outcome]:
@@ -159,3 +161,21 @@ def test_a_gain_masked_by_a_loss_in_its_first_group_is_found_when_screened_again
     assert route_dict(best).get("-k08") == "1" and "-k07" not in route_dict(best)
     assert interleave([("-a", "1"), ("-b", "1"), ("-c", "1"), ("-d", "1")], 2) == [
         ("-a", "1"), ("-c", "1"), ("-b", "1"), ("-d", "1")]
+
+
+def test_a_group_that_fails_the_gate_but_runs_faster_is_split_before_groups_that_crashed() -> None:
+    """Five first-level groups crash and one fails the accuracy gate (-k45=1) while it runs 20% faster (-k46=1
+    beside it). A budget of 30 builds has room to split only a few failed groups: the faster one goes first,
+    so -k46=1 is found though its group comes last."""
+    knobs = [{"option": f"-k{i:02d}", "values": ["0", "1"], "default": "0"} for i in range(N)]
+    land = validate_model({
+        "format": "trt-routes/landscape@2", "knobs": knobs,
+        "failures": [*({"when": {f"-k{i:02d}": "1"}, "status": "crashed"} for i in (1, 4, 7, 10, 13)),
+                     {"when": {"-k45": "1"}, "status": "accuracy-failed"}],
+        "profiles": {"p": {"base_ms": 10.0, "effects": {"-k46": {"1": -0.22}, "-k30": {"1": -0.105}}}}})
+    expr = parse_expression(land.expression_text(), land.catalog)
+    known = drive(JobSearch(make_search("adaptive", expr, land.catalog, budget=30), (), frozenset(), 30, None), land)
+    failed_gate = [r for r in known if land.status(r) == "accuracy-failed"]
+    assert failed_gate and all(known[r].median_ms is not None and not known[r].ok for r in failed_gate)
+    best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
+    assert {"-k46": "1", "-k30": "1"}.items() <= route_dict(best).items() and "-k45" not in route_dict(best)

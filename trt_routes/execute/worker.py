@@ -150,20 +150,24 @@ def _check_and_time(task: TrialTask, backend: Backend, store: BlobStore, engine:
         result = TaskResult(status=TrialStatus.OK, outputs_sha256=store.put_arrays(outputs))
     result.losses = measure.losses(outputs, reference, task.l0_params)
     bad = measure.all_finite(outputs)
-    if bad:
-        result.status = TrialStatus.ACCURACY_FAILED
-        result.error = f"non-finite values in output(s) {', '.join(bad)}"
-        return result
-    points = profile_points(task.spec.profile)
-    if points:
+    if bad:  # still timed: the engine runs, and its time tells a search about the other values it changes
+        result.status, result.error = TrialStatus.ACCURACY_FAILED, f"non-finite values in output(s) {', '.join(bad)}"
+    elif points := profile_points(task.spec.profile):
         failed = _check_points(task, backend, runner, feeds, points, result)
-        if failed:
+        if failed:  # not timed: a run at another point may have left the engine unusable
             result.status, result.error = TrialStatus.ACCURACY_FAILED, failed
             return result
     energy = EnergyMeter(task.spec.target)
-    result.samples, meta = timed_samples(runner, feeds, task.warmup, task.iterations, task.repeats, task.settle)
+    try:
+        result.samples, meta = timed_samples(runner, feeds, task.warmup, task.iterations, task.repeats, task.settle)
+    except Exception:
+        if result.status == TrialStatus.OK:
+            raise
+        return result  # a failed route's time only helps the search: one that cannot be timed (a replayed route
+        # recorded without samples) stays untimed
     result.meta.update(meta)
-    result.meta["facts"] = _facts(task, runner, result, energy, memory, _size(engine))
+    if result.status == TrialStatus.OK:
+        result.meta["facts"] = _facts(task, runner, result, energy, memory, _size(engine))
     return result
 
 

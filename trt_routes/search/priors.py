@@ -30,7 +30,7 @@ def related_names(job: str, model: str, target: str, names: Iterable[str]) -> li
 
 
 def _failed(trial: TrialRecord) -> bool:
-    if trial.status in (TrialStatus.CRASHED, TrialStatus.BUILD_ERROR, TrialStatus.TIMEOUT):
+    if trial.status in (TrialStatus.CRASHED, TrialStatus.BUILD_ERROR, TrialStatus.TIMEOUT, TrialStatus.ACCURACY_FAILED):
         return True
     return trial.status == TrialStatus.OK and any(isinstance(v, (int, float)) and not math.isfinite(v)
                                         for losses in (trial.losses or {}).values() for v in losses.values())

@@ -7,11 +7,13 @@ stopped search resumes. Its steps, each one batch that builds side by side:
 
 1. **Screen** every unit once, several per build, on top of the incumbent (at first the centre): the first
    level's groups take ``FIRST_LEVEL`` of the budget. A group that fails (crash, build error, accuracy gate)
-   or is ``SLOW`` slower is split in two (a gain may hide beside a failing or slow value). Groups faster than
-   the reference by ``GAIN`` are added to the incumbent together (each whole), checked by one build; when the
-   sum is no faster than the best of them, only that one is kept and the others are screened again on top of
-   it (a knob that cancels another's gain). The reference is the incumbent's time, or the median of the batch
-   when lower (most groups change nothing, so one slow draw of the incumbent cannot make them "faster").
+   or is ``SLOW`` slower is split in two (a gain may hide beside a failing or slow value); a group that fails
+   the accuracy gate still has a time (an engine was built and run), and when it is faster its halves go
+   first. Groups faster than the reference by ``GAIN`` are added to the incumbent together (each whole),
+   checked by one build; when the sum is no faster than the best of them, only that one is kept and the others
+   are screened again on top of it (a knob that cancels another's gain). The reference is the incumbent's
+   time, or the median of the batch when lower (most groups change nothing, so one slow draw of the incumbent
+   cannot make them "faster").
 2. **Screen again on the incumbent** (from ``SCREEN_SHARE`` of the budget): the units that were neutral, in
    groups of ``SECOND_SIZE`` (they built successfully before, so these groups rarely fail), as many as the
    budget pays for: a knob that helps only beside a gain found in step 1 shows now. The groups are
@@ -184,9 +186,13 @@ class _Run:
             ref = self.reference(outcomes)
             faster: list[tuple[float, list[Unit]]] = []
             split: list[list[Unit]] = []
+            first: list[list[Unit]] = []  # failed the gate yet faster: a gain beside the failing value
             for group, outcome in zip(batch, outcomes, strict=True):
                 if not _ok(outcome) or ref is None:
-                    split.extend(_halves(group) if len(group) > 1 and not _ok(outcome) else [])
+                    if len(group) > 1 and not _ok(outcome):
+                        ms = outcome.median_ms
+                        gained = ref is not None and ms is not None and math.log(ref / ms) > GAIN
+                        (first if gained else split).extend(_halves(group))
                     continue
                 gain = math.log(ref / outcome.median_ms)  # type: ignore[operator]
                 if gain > GAIN:
@@ -195,6 +201,7 @@ class _Run:
                     split.extend(_halves(group))
                 else:
                     self.neutral.extend(group)
+            queue.extendleft(reversed(first))
             queue.extend([*self.take(faster), *split])
 
     def take(self, faster: list[tuple[float, list[Unit]]]) -> list[list[Unit]]:

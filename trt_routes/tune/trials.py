@@ -52,7 +52,7 @@ def to_record(job: Job, route: str, result: TaskResult) -> TrialRecord:
     # already building it while the coordinator does this
     from trt_routes.evidence.measure import timing_stats  # numpy (apply has imported it: ``statistics_ready``)
 
-    timed = result.samples and result.status == TrialStatus.OK
+    timed = result.samples and result.status in (TrialStatus.OK, TrialStatus.ACCURACY_FAILED)
     stats = timing_stats(result.samples, seed=job.measurement.seed, block=job.measurement.iterations) if timed else None
     return TrialRecord(
         id=job.trial_id(route), group_key=job.group_key, job=job.name, route=route,
