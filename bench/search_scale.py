@@ -50,7 +50,6 @@ from make_trt_landscapes import PARAMS, make  # noqa: E402
 from trt_routes.backends.landscape import route_seed  # noqa: E402
 from trt_routes.backends.landscape_model import ModelLandscape, validate_model  # noqa: E402
 from trt_routes.cache import TrialRecord  # noqa: E402
-from trt_routes.evidence import TrialStatus  # noqa: E402
 from trt_routes.evidence.measure import timing_stats  # noqa: E402
 from trt_routes.manifest import Check, Tolerance  # noqa: E402
 from trt_routes.plan import outcomes  # noqa: E402
@@ -77,12 +76,12 @@ def trial(land: ModelLandscape, profile: str, route: str, seed: int, k: int) -> 
                                 backend="replay", build_s=land.data.profiles[profile].build_s)
     status = land.status(route)
     if status not in ("ok", "accuracy-failed"):
-        return TrialRecord(**base, status=TrialStatus(status), error="replayed")
+        return TrialRecord(**base, status=status, error="replayed")
     rng = np.random.default_rng(route_seed(seed, route, profile, ITERATIONS, REPEATS, k))
     samples = land.samples(route, profile, ITERATIONS, REPEATS, rng)
     st = timing_stats(samples, seed=0, resamples=200, block=ITERATIONS)
     # an accuracy-failed route is timed too, as the worker does (its outputs are NaN: infinite losses)
-    return TrialRecord(**base, status=TrialStatus(status), median_ms=st.median, ci_low=st.ci_low, ci_high=st.ci_high,
+    return TrialRecord(**base, status=status, median_ms=st.median, ci_low=st.ci_low, ci_high=st.ci_high,
                        mean_ms=st.mean, losses={"y": {"cos": 0.0 if status == "ok" else math.inf}})
 
 
