@@ -188,14 +188,12 @@ class _Run:
             split: list[list[Unit]] = []
             first: list[list[Unit]] = []  # failed the gate yet faster: a gain beside the failing value
             for group, outcome in zip(batch, outcomes, strict=True):
-                if not _ok(outcome) or ref is None:
+                ms = outcome.median_ms  # a group that failed the gate was timed too
+                gain = math.log(ref / ms) if ref is not None and ms is not None else None
+                if not _ok(outcome) or gain is None:
                     if len(group) > 1 and not _ok(outcome):
-                        ms = outcome.median_ms
-                        gained = ref is not None and ms is not None and math.log(ref / ms) > GAIN
-                        (first if gained else split).extend(_halves(group))
-                    continue
-                gain = math.log(ref / outcome.median_ms)  # type: ignore[operator]
-                if gain > GAIN:
+                        (first if gain is not None and gain > GAIN else split).extend(_halves(group))
+                elif gain > GAIN:
                     faster.append((gain, group))
                 elif gain < -SLOW and len(group) > 1:
                     split.extend(_halves(group))
