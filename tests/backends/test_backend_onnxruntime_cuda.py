@@ -15,7 +15,7 @@ import onnx
 import pytest
 import yaml
 from _paths import REPO
-from _project import FAST, write_manifest
+from _project import FAST, edit_manifest, write_manifest
 from onnx import TensorProto, helper, numpy_helper
 
 from trt_routes.backends import registry
@@ -245,3 +245,34 @@ def test_a_node_the_cuda_provider_cannot_take_fails_the_build_by_name(tmp_path: 
     with pytest.raises(RuntimeError, match="CPU fallback is disabled") as caught:
         registry.get("onnxruntime-cuda").build(spec, tmp_path / "e.onnx")
     assert "the_unique_node" in str(caught.value)
+
+
+@pytest.mark.gpu
+def test_a_route_whose_float16_outputs_overflow_is_timed_failed_and_never_chosen(tmp_path: Path) -> None:
+    """A real exporter's network (torchvision's ResNet-18, torch.onnx.export) whose logits leave float16's range
+    (its classifier's weights scaled up, as in networks whose activations outgrow half precision): the fp16
+    route's outputs are infinite. The trial is ``accuracy-failed``, named, and still timed (its time tells a
+    group screening what the other values of a group changed); the lock takes the fp32 route."""
+    _cuda_here()
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from trt_routes.tune.apply import ApplyOptions, apply
+
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(weights=None).eval()
+    with torch.no_grad():
+        net.fc.weight.mul_(1e6)  # logits of about 1e5: finite in float32, past float16's 65504
+        torch.onnx.export(net, (torch.randn(8, 3, 224, 224),), str(tmp_path / "cnn.onnx"), input_names=["x"],
+                          output_names=["y"], opset_version=17, dynamo=False)
+    path = gpu_manifest(tmp_path, "-precision=[fp32|fp16]")
+    edit_manifest(path, lambda data: data["models"]["cnn"]["shapes"]["bs8"].update(x=[8, 3, 224, 224]))
+    result = apply(open_project(path), ApplyOptions())
+    assert result.exit_code == 0, [o.error for o in result.outcomes]
+    with open_project(path).open_cache() as cache:
+        trials = {t.route: t for t in cache.trials_for_job("cnn/bs8/gpu")}
+    half = next(t for route, t in trials.items() if "fp16" in route)
+    assert half.status == "accuracy-failed" and "non-finite" in half.error, (half.status, half.error)
+    assert half.median_ms is not None and half.median_ms > 0 and half.samples
+    assert all(t.status == "ok" for route, t in trials.items() if "fp16" not in route)
+    entry = yaml.safe_load((tmp_path / "tuning.lock").read_text())["jobs"]["cnn/bs8/gpu"]
+    assert "fp16" not in entry["route"]
