@@ -440,6 +440,8 @@ def test_apply_on_gpu_jit_with_cuda_graphs(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.xfail(torch.__version__.startswith("2.11."), strict=False,
+                   reason="torch 2.11's aoti_load_package segfaults on the team's H200 image (bench/RESULTS.md)")
 def test_apply_on_gpu_aot(tmp_path: Path) -> None:
     """Where torch sees a CUDA GPU: an AOTInductor package built, loaded and measured. (On the team's H200 image,
     torch 2.11.0+cu130, loading any AOTInductor package segfaults; see bench/RESULTS.md.)"""

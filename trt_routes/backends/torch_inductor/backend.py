@@ -115,7 +115,8 @@ class TorchInductorBackend(Backend):
         #: them (no Dynamo reset), so a side-by-side re-measurement can call each one without recompiling
         self._live: weakref.WeakSet[TorchRunner] = weakref.WeakSet()
         #: recipe sha256 -> how its load was compiled: artifacts restored; FX-graph hits and misses; whether
-        #: every module the build generated (the recipe's digests) is what this process loaded
+        #: every module this process generated and loaded is one the build generated (the recipe's digests; a
+        #: max-autotune build also generated the candidates it benchmarked, which a cache hit never loads)
         self._restored: dict[str, dict[str, Any]] = {}
 
     # -- coordinator side -------------------------------------------------------------------
@@ -428,9 +429,9 @@ class TorchInductorBackend(Backend):
                 restored = compile_cache.restore(recipe.get("compile_cache"), str(engine_path))
                 compiled, stats = self._compile_jit(module, example, values, bool(settings["fullgraph"]), device,
                                                     beside=beside)
-            built = set(recipe.get("generated_code_sha256") or [])
+            built, ran = set(recipe.get("generated_code_sha256") or []), set(stats["generated"])
             self._restored[key] = {"restored": restored, **compile_cache.restored(),
-                                   "same_code": bool(built) and built <= set(stats["generated"])}
+                                   "same_code": bool(ran) and ran <= built}
             entry = (compiled, bool(recipe["inductor_config"].get("triton.cudagraphs")),
                      bool(options.get("channels_last")))
             self._jit = {**self._jit, key: entry} if beside else {key: entry}
