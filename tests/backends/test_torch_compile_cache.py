@@ -147,14 +147,16 @@ def test_a_load_in_another_process_runs_the_builds_compiled_code(tmp_path: Path,
     hit = load_elsewhere(tmp_path, project, engine, route, tmp_path / "cache-a")
     assert hit["compile_cache"]["restored"] is True
     assert hit["compile_cache"]["fx_graph_hits"] >= 1 and hit["compile_cache"]["fx_graph_misses"] == 0
-    # the process runs the very code the build generated (every module the recipe lists is loaded there)
+    # the process runs the very code the build generated (every module it generated is one the recipe lists)
     assert hit["compile_cache"]["same_code"] is True
     bare = json.loads(engine.read_text())
     bare["compile_cache"] = None
+    bare["generated_code_sha256"] = ["0" * 64]  # a build whose code this process does not generate
     stripped = project / "stripped.json"
     stripped.write_text(json.dumps(bare), encoding="utf-8")
     miss = load_elsewhere(tmp_path, project, stripped, route, tmp_path / "cache-b")
     assert miss["compile_cache"]["restored"] is False and miss["compile_cache"]["fx_graph_misses"] >= 1
+    assert miss["compile_cache"]["same_code"] is False
     np.testing.assert_allclose(miss["output"], hit["output"], rtol=1e-5, atol=1e-6)
 
 
