@@ -190,9 +190,11 @@ class _Run:
             for group, outcome in zip(batch, outcomes, strict=True):
                 ms = outcome.median_ms  # a group that failed the gate was timed too
                 gain = math.log(ref / ms) if ref is not None and ms is not None else None
-                if not _ok(outcome) or gain is None:
-                    if len(group) > 1 and not _ok(outcome):
+                if not _ok(outcome):
+                    if len(group) > 1:
                         (first if gain is not None and gain > GAIN else split).extend(_halves(group))
+                elif gain is None:  # no reference time yet: nothing to compare with
+                    continue
                 elif gain > GAIN:
                     faster.append((gain, group))
                 elif gain < -SLOW and len(group) > 1:
