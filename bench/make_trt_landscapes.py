@@ -7,7 +7,8 @@ gain, two that help only together, two that conflict), ~3% of knob values crash 
 accuracy gate, 1-3% noise. Two shape profiles ``a`` and ``b`` share the structure (``b``: strong effects
 rescaled 0.6-1.4x, small ones redrawn), as one model at two shapes does. ``--related`` also writes, for
 each seed, another model on the same GPU (same knobs and failures, half of its strong gains shared).
-Every parameter is in the file's ``header``; ``header.best`` is the best eligible route found by a
+Every parameter is in the file's ``header``; ``header.pairs`` names the kind of each interaction, in order;
+``header.best`` is the best eligible route found by a
 noise-free coordinate descent on the model from several starts (a reference for regret, not a proof).
 
 Run: python bench/make_trt_landscapes.py [--seeds 30] [--knobs 200] [--out bench/landscapes/trt]"""
@@ -73,11 +74,13 @@ def _effects(rng: np.random.Generator, knobs: list[dict[str, Any]], kinds: list[
 
 
 def _pairs(rng: np.random.Generator, knobs: list[dict[str, Any]], kinds: list[str],
-           effects: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
-    """Ten interacting pairs; effects of the knobs involved are rewritten so each pair does what it says."""
+           effects: dict[str, dict[str, float]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Ten interacting pairs and the kind of each; effects of the knobs involved are rewritten so each pair
+    does what it says."""
     neutral = [i for i, kind in enumerate(kinds) if kind == "neutral"]
     gains = [i for i, kind in enumerate(kinds) if kind == "strong_gain"]
     inter: list[dict[str, Any]] = []
+    pair_kinds: list[str] = []
     picks = rng.permutation(neutral)
     p = 0
     for j in range(min(PARAMS["pairs"], len(picks) // 2)):  # a small catalog (--knobs 20) has fewer to pair
@@ -103,7 +106,8 @@ def _pairs(rng: np.random.Generator, knobs: list[dict[str, Any]], kinds: list[st
             effects[b["option"]][vb] = g / 2
             inter.append({"when": {a["option"]: va, b["option"]: vb}, "log": -1.5 * g})
         kinds[knobs.index(a)] = kinds[knobs.index(b)] = "paired"
-    return inter
+        pair_kinds.append(kind)
+    return inter, pair_kinds
 
 
 def best_route(land: ModelLandscape, profile: str, starts: int = 4, seed: int = 0) -> tuple[str, float]:
@@ -161,7 +165,7 @@ def make(seed: int, n: int = 200, related_of: int | None = None) -> dict[str, An
         own = _effects(rng, knobs, list(kinds))
         effects = {o: (shared[o] if kinds[i] != "strong_gain" or rng.random() < 0.5 else own[o])
                    for i, o in enumerate(k["option"] for k in knobs)}
-    inter = _pairs(rng, knobs, kinds, effects)
+    inter, pair_kinds = _pairs(rng, knobs, kinds, effects)
     neutral = [k["option"] for k, kind in zip(knobs, kinds, strict=True) if kind == "neutral"]
     base = float(np.exp(rng.uniform(np.log(PARAMS["base_ms"][0]), np.log(PARAMS["base_ms"][1]))))
     profiles: dict[str, Any] = {}
@@ -184,7 +188,8 @@ def make(seed: int, n: int = 200, related_of: int | None = None) -> dict[str, An
     data: dict[str, Any] = {"format": FORMAT, "knobs": knobs, "failures": failures, "profiles": profiles,
                             "header": {"generator": "bench/make_trt_landscapes.py", "seed": seed, "knobs": n,
                                        "related_of": related_of, "params": PARAMS,
-                                       "kinds": {k: int(kinds.count(k)) for k in sorted(set(kinds))}}}
+                                       "kinds": {k: int(kinds.count(k)) for k in sorted(set(kinds))},
+                                       "pairs": pair_kinds}}
     land = validate_model(data, f"seed {seed}")
     data["header"]["best"] = {p: dict(zip(("route", "ms"), best_route(land, p, seed=seed), strict=True))
                               for p in profiles}

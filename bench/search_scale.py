@@ -23,14 +23,20 @@ Regret = the chosen route's true time / the best route the generator's noise-fre
 (three times the noise), ``nofail`` (no failing value), ``fail12`` (12% failing values), ``dense`` (10% strong
 gains, 5% strong losses, 25% small effects).
 
+``--bounds``: what no search of this kind can beat. The route a noise-free descent (the one that finds
+``header.best``) chooses on the model with some kinds of interaction hidden, measured on the true model: a
+method that knew every effect exactly, built nothing and never saw those interactions. A search that screens
+knobs on the default or on an incumbent sees a "helps-with" pair only when it builds both values together.
+
 ``--curve``: cold regret against the budget instead, group screening at 60-400 builds beside the one-knob scan
 (then combinations and a descent, what ``adaptive`` does without a budget) at 400, 600 and no budget.
 
-Run: python bench/search_scale.py [--seeds 30] [--knobs 200] [--variant NAME] [--curve]"""
+Run: python bench/search_scale.py [--seeds 30] [--knobs 200] [--variant NAME] [--curve | --bounds]"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import math
 import platform
@@ -45,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from make_trt_landscapes import PARAMS, make  # noqa: E402
+from make_trt_landscapes import PARAMS, best_route, make  # noqa: E402
 
 from trt_routes.backends.landscape import route_seed  # noqa: E402
 from trt_routes.backends.landscape_model import ModelLandscape, validate_model  # noqa: E402
@@ -129,7 +135,14 @@ CURVE: tuple[tuple[str, int | None, bool], ...] = (
     *(("adaptive without a budget, cut at", b, True) for b in (400, 600, None)))
 
 
-def curve(seeds: int, knobs: int) -> None:
+def title(mode: str, seeds: int, knobs: int, variant: str | None, what: str = "") -> str:
+    """The table's first line: what ran, where and when."""
+    return (f"# bench/search_scale.py{mode}: {seeds} seeds of {knobs}-knob TensorRT-shaped models"
+            f"{f', variant {variant}' if variant else ''}{what} ({datetime.date.today().isoformat()}, "
+            f"{cpu_fields()['cpu_model']}, Python {platform.python_version()})")
+
+
+def curve(seeds: int, knobs: int, variant: str | None) -> None:
     """Cold ``adaptive`` at growing budgets: with ``max_builds`` (group screening below 5/4 of the scan's routes),
     and without one (the one-knob scan, combinations, a descent) cut at a number of builds."""
     started = time.perf_counter()
@@ -141,11 +154,44 @@ def curve(seeds: int, knobs: int) -> None:
             winner, used = run(land, "a", "adaptive", case[1], seed, scan=case[2])
             rows.setdefault(case, []).append((regret(land, "a", winner, best), used))
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-    print(f"# bench/search_scale.py --curve: {seeds} seeds of {knobs}-knob TensorRT-shaped models, cold "
-          f"({datetime.date.today().isoformat()}, {cpu_fields()['cpu_model']}, Python {platform.python_version()})")
+    print(title(" --curve", seeds, knobs, variant, ", cold"))
     print("| search | max_builds | builds (mean) | regret median | regret p90 | within 3% |\n|---|---|---|---|---|---|")
     for (name, budget, _), vals in rows.items():
         print(f"| {name} | {budget or 'none'} | {np.mean([u for _, u in vals]):.0f} | {regret_cells(vals)} |")
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+HIDDEN: tuple[tuple[str, frozenset[str]], ...] = (
+    ("every knob value's own effect, no interaction", frozenset({"helps-with", "cancels", "together", "conflict"})),
+    ("everything but the \"helps-with\" pairs", frozenset({"helps-with"})),
+    ("everything but the \"together\" pairs", frozenset({"together"})),
+    ("everything but \"helps-with\" and \"together\"", frozenset({"helps-with", "together"})))
+
+
+def bounds(seeds: int, knobs: int, variant: str | None) -> None:
+    """The regret of a method that knows the model exactly but for the interactions of some kinds (see the doc)."""
+    started = time.perf_counter()
+    rows: dict[str, list[tuple[float, int]]] = {}
+    for seed in range(seeds):
+        data = make(seed, knobs)
+        land, best = validate_model(data), float(data["header"]["best"]["a"]["ms"])
+        for name, hidden in HIDDEN:
+            known = copy.deepcopy(data)
+            for profile in known["profiles"].values():
+                profile["interactions"] = [x for x, kind in zip(profile["interactions"], data["header"]["pairs"],
+                                                                strict=True) if kind not in hidden]
+            route, _ = best_route(validate_model(known), "a", seed=seed)
+            rows.setdefault(name, []).append((regret(land, "a", route, best), 0))
+        for budget in (60, 120):  # this search, for comparison
+            winner, used = run(land, "a", "adaptive", budget, seed)
+            rows.setdefault(f"(adaptive, cold, {budget} builds, knowing nothing)", []).append(
+                (regret(land, "a", winner, best), used))
+        print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    print(title(" --bounds", seeds, knobs, variant, ", profile a"))
+    print("| the method knows exactly (no noise, no budget) | regret median | regret p90 | within 3% |")
+    print("|---|---|---|---|")
+    for name, vals in rows.items():
+        print(f"| {name} | {regret_cells(vals)} |")
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 
@@ -156,10 +202,12 @@ def main() -> None:
     ap.add_argument("--variant", choices=sorted(VARIANTS), help="other generator parameters (see the doc)")
     ap.add_argument("--curve", action="store_true",
                     help="regret against the build budget instead: group screening and the one-knob scan, cold")
+    ap.add_argument("--bounds", action="store_true",
+                    help="what a method that knows the model but for some kinds of interaction reaches")
     args = ap.parse_args()
     PARAMS.update(VARIANTS.get(args.variant or "", {}))
-    if args.curve:
-        curve(args.seeds, args.knobs)
+    if args.curve or args.bounds:
+        (curve if args.curve else bounds)(args.seeds, args.knobs, args.variant)
         return
     started = time.perf_counter()
     rows: dict[str, list[tuple[float, int]]] = {}
@@ -201,9 +249,7 @@ def main() -> None:
         rows.setdefault("other model@60 from that tuned route", []).append(
             (regret(other, "a", winner, other_best), used))
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-    variant = f", variant {args.variant}" if args.variant else ""
-    print(f"# bench/search_scale.py: {args.seeds} seeds of {args.knobs}-knob TensorRT-shaped models{variant} "
-          f"({datetime.date.today().isoformat()}, {cpu_fields()['cpu_model']}, Python {platform.python_version()})")
+    print(title("", args.seeds, args.knobs, args.variant))
     print("| case | builds (mean) | regret median | regret p90 | within 3% |\n|---|---|---|---|---|")
     for name, vals in rows.items():
         print(f"| {name} | {np.mean([u for _, u in vals]):.1f} | {regret_cells(vals)} |")

@@ -378,6 +378,14 @@ def test_search_scale_prints_its_table(tmp_path: Path) -> None:
     assert rows["cold, max_minutes 180 (3-minute builds)"][2:4] == rows["cold@60"][2:4], out  # the same 60 builds
 
 
+def test_search_scale_bounds_prints_a_row_per_hidden_kind(tmp_path: Path) -> None:
+    """--bounds: one row per set of hidden interaction kinds, each a regret against the model's best route."""
+    out = bench("search_scale.py", "--bounds", "--seeds", "1", "--knobs", "30", cwd=tmp_path)
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith("| every")]
+    assert len(rows) == 4 and "| (adaptive, cold, 120 builds, knowing nothing) | " in out, out
+    assert all(float(median) > 0 for _, median, *_ in rows), out
+
+
 def test_search_scale_curve_prints_regret_against_the_budget(tmp_path: Path) -> None:
     """--curve: one row per search and budget, builds within the budget, regret a positive number."""
     out = bench("search_scale.py", "--curve", "--seeds", "1", "--knobs", "30", cwd=tmp_path)
