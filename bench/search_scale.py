@@ -42,6 +42,7 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ def run(land: ModelLandscape, profile: str, mode: str, budget: int | None, seed:
     return sel.winner, len(trials)
 
 
-def regret(land: ModelLandscape, profile: str, route: str | None, best_ms: float) -> float:
+def regret(land: ModelLandscape, profile: str, route: str | Mapping[str, str] | None, best_ms: float) -> float:
     if route is None or land.status(route) != "ok":
         return math.inf
     return land.true_ms(route, profile) / best_ms
@@ -182,6 +183,13 @@ def bounds(seeds: int, knobs: int, variant: str | None) -> None:
                                                                 strict=True) if kind not in hidden]
             route, _ = best_route(validate_model(known), "a", seed=seed)
             rows.setdefault(name, []).append((regret(land, "a", route, best), 0))
+        # the same question without a descent: the best route less the values whose gain is a "helps-with" pair's
+        assign = land.assignment(str(data["header"]["best"]["a"]["route"]))
+        helpers = {next(iter(x["when"])) for x, kind in zip(data["profiles"]["a"]["interactions"],
+                                                           data["header"]["pairs"], strict=True)
+                   if kind == "helps-with" and all(assign.get(o) == v for o, v in x["when"].items())}
+        rows.setdefault('(the best route less its "helps-with" values)', []).append(
+            (regret(land, "a", {o: v for o, v in assign.items() if o not in helpers}, best), 0))
         for budget in (60, 120):  # this search, for comparison
             winner, used = run(land, "a", "adaptive", budget, seed)
             rows.setdefault(f"(adaptive, cold, {budget} builds, knowing nothing)", []).append(
