@@ -183,7 +183,8 @@ def make(seed: int, n: int = 200, related_of: int | None = None) -> dict[str, An
                     eff[o] = dict(values)
         profiles[name] = {"base_ms": base * (1.0 if name == "a" else 2.7),
                           "effects": {o: e for o, e in eff.items() if any(e.values())},
-                          "interactions": inter, "clip": [{"options": neutral, "limit": PARAMS["neutral_limit"]}],
+                          "interactions": inter,
+                          "clip": [{"options": neutral, "limit": PARAMS["neutral_limit"]}] if neutral else [],
                           "noise": PARAMS["noise"], "build_s": PARAMS["build_s"]}
     data: dict[str, Any] = {"format": FORMAT, "knobs": knobs, "failures": failures, "profiles": profiles,
                             "header": {"generator": "bench/make_trt_landscapes.py", "seed": seed, "knobs": n,

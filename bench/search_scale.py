@@ -23,10 +23,11 @@ Regret = the chosen route's true time / the best route the generator's noise-fre
 (three times the noise), ``nofail`` (no failing value), ``fail12`` (12% failing values), ``dense`` (10% strong
 gains, 5% strong losses, 25% small effects).
 
-``--bounds``: what no search of this kind can beat. The route a noise-free descent (the one that finds
-``header.best``) chooses on the model with some kinds of interaction hidden, measured on the true model: a
-method that knew every effect exactly, built nothing and never saw those interactions. A search that screens
-knobs on the default or on an incumbent sees a "helps-with" pair only when it builds both values together.
+``--bounds``: how much of the best route's gain lies in interactions. The route a noise-free descent (the one
+that finds ``header.best``) chooses on the model with some kinds of interaction hidden, timed on the true model:
+what a method that knew every other effect exactly, built nothing and never saw those interactions would reach;
+and the best route less its "helps-with" values. A search sees a "helps-with" pair only when it builds both
+values together.
 
 ``--curve``: cold regret against the budget instead, group screening at 60-400 builds beside the one-knob scan
 (then combinations and a descent, what ``adaptive`` does without a budget) at 400, 600 and no budget.

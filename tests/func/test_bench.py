@@ -384,6 +384,9 @@ def test_search_scale_bounds_prints_a_row_per_hidden_kind(tmp_path: Path) -> Non
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith("| every")]
     assert len(rows) == 4 and "| (adaptive, cold, 120 builds, knowing nothing) | " in out, out
     assert all(float(median) > 0 for _, median, *_ in rows), out
+    # a "helps-with" value gains nothing alone, so taking it out of the best route (seed 0's holds one) slows it
+    less = re.search(r'^\| \(the best route less its "helps-with" values\) \| ([\d.]+) \|', out, re.M)
+    assert less and float(less.group(1)) > 1.0, out
 
 
 def test_search_scale_curve_prints_regret_against_the_budget(tmp_path: Path) -> None:
