@@ -4,12 +4,13 @@ Each file models one network on one GPU: ``knobs`` knobs of 2-4 values (default 
 +-0.3%, one clip entry so they do not compound), ~10% small (+-1-5%, mostly slower), ~3% strong gains (5-20%),
 ~2% strong losses, ten interacting pairs (a knob that helps only with another, one that cancels another's
 gain, two that help only together, two that conflict), ~3% of knob values crash the build and ~3% fail the
-accuracy gate, 1-3% noise. Two shape profiles ``a`` and ``b`` share the structure (``b``: strong effects
-rescaled 0.6-1.4x, small ones redrawn), as one model at two shapes does. ``--related`` also writes, for
-each seed, another model on the same GPU (same knobs and failures, half of its strong gains shared).
-Every parameter is in the file's ``header``; ``header.pairs`` names the kind of each interaction, in order;
-``header.best`` is the best eligible route found by a
-noise-free coordinate descent on the model from several starts (a reference for regret, not a proof).
+accuracy gate (``pair_failures``: that share of them only beside another knob's value), 1-3% noise. Two
+shape profiles ``a`` and ``b`` share the structure (``b``: strong effects rescaled 0.6-1.4x, small ones
+redrawn), as one model at two shapes does. ``--related`` also writes, for each seed, another model on the
+same GPU (same knobs and failures, half of its strong gains shared). Every parameter is in the file's
+``header``; ``header.pairs`` names the kind of each interaction, in order; ``header.best`` is the best
+eligible route found by a noise-free coordinate descent on the model from several starts (a reference for
+regret, not a proof).
 
 Run: python bench/make_trt_landscapes.py [--seeds 30] [--knobs 200] [--out bench/landscapes/trt]"""
 
@@ -30,7 +31,8 @@ from trt_routes.backends.landscape_model import FORMAT, ModelLandscape, validate
 
 PARAMS: dict[str, Any] = {
     "neutral": 0.85, "small": 0.10, "strong_gain": 0.03, "strong_loss": 0.02, "pairs": 10,
-    "crash_values": 0.03, "gate_values": 0.03, "neutral_limit": 0.003, "small_range": [0.01, 0.05],
+    "crash_values": 0.03, "gate_values": 0.03, "pair_failures": 0.0, "neutral_limit": 0.003,
+    "small_range": [0.01, 0.05],
     "small_slower": 0.7, "strong_gain_range": [0.05, 0.20], "strong_loss_range": [0.05, 0.20],
     "noise": {"trial": 0.01, "repeat": 0.005, "run": 0.012}, "base_ms": [0.5, 20.0], "build_s": 180.0,
 }
@@ -158,6 +160,12 @@ def make(seed: int, n: int = 200, related_of: int | None = None) -> dict[str, An
     rng = np.random.default_rng([20261203, seed])
     base_rng = np.random.default_rng([20261203, related_of if related_of is not None else seed])
     knobs, kinds, failures = _structure(base_rng, n)
+    if PARAMS["pair_failures"]:  # that share of failing values fails only beside another knob's last value
+        pair_rng = np.random.default_rng([20261203, related_of if related_of is not None else seed, 2])
+        for rule in failures:
+            other = knobs[int(pair_rng.integers(n))]
+            if pair_rng.random() < PARAMS["pair_failures"] and other["option"] not in rule["when"]:
+                rule["when"][other["option"]] = other["values"][-1]
     shared = _effects(base_rng, knobs, list(kinds))
     if related_of is None:
         effects = shared

@@ -21,7 +21,8 @@ Regret = the chosen route's true time / the best route the generator's noise-fre
 
 ``--variant`` changes the generator's parameters (the same method on models it was not tuned on): ``noise3``
 (three times the noise), ``nofail`` (no failing value), ``fail12`` (12% failing values), ``dense`` (10% strong
-gains, 5% strong losses, 25% small effects).
+gains, 5% strong losses, 25% small effects), ``pairfail`` (half the failing values fail only beside another
+knob's value).
 
 ``--bounds``: how much of the best route's gain lies in interactions. The route a noise-free descent (the one
 that finds ``header.best``) chooses on the model with some kinds of interaction hidden, timed on the true model:
@@ -73,6 +74,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "nofail": {"crash_values": 0.0, "gate_values": 0.0},
     "fail12": {"crash_values": 0.06, "gate_values": 0.06},
     "dense": {"neutral": 0.6, "small": 0.25, "strong_gain": 0.1, "strong_loss": 0.05},
+    "pairfail": {"pair_failures": 0.5},
 }
 TOL = Tolerance(checks=[Check(metric="cos", threshold=1e-4)])
 ITERATIONS, REPEATS = 20, 5

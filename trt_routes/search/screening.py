@@ -10,10 +10,11 @@ stopped search resumes. Its steps, each one batch that builds side by side:
    or is ``SLOW`` slower is split in two (a gain may hide beside a failing or slow value); a group that fails
    the accuracy gate still has a time (an engine was built and run), and when it is faster its halves go
    first. Groups faster than the reference by ``GAIN`` are added to the incumbent together (each whole),
-   checked by one build; when the sum is no faster than the best of them, only that one is kept and the others
-   are screened again on top of it (a knob that cancels another's gain). The reference is the incumbent's
-   time, or the median of the batch when lower (most groups change nothing, so one slow draw of the incumbent
-   cannot make them "faster").
+   checked by one build. When the sum fails or is no faster than the best of them (values that fail only
+   together, a knob that cancels another's gain), the faster half of the groups is tried together, then its
+   faster half, down to the best group alone; the groups left out are screened again on top of the
+   incumbent. The reference is the incumbent's time, or the median of the batch when lower (most groups
+   change nothing, so one slow draw of the incumbent cannot make them "faster").
 2. **Screen again on the incumbent** (from ``SCREEN_SHARE`` of the budget): the units that were neutral, in
    groups of ``SECOND_SIZE`` (they built successfully before, so these groups rarely fail), as many as the
    budget pays for: a knob that helps only beside a gain found in step 1 shows now. The groups are
@@ -211,15 +212,17 @@ class _Run:
         faster.sort(key=lambda gg: -gg[0])
         best = faster[0][1]
         single = self.ask.known[self.route(best)]
-        if len(faster) > 1:
+        count = len(faster)
+        while count > 1 and self.ask.used < self.s.budget:
             together = dict(self.inc)
-            for _, group in reversed(faster):  # the fastest group's value wins a knob two groups change
+            for _, group in reversed(faster[:count]):  # the fastest group's value wins a knob two groups change
                 together.update(group)
             (outcome,) = self.ask([self.s.route_of(together)])
             if _ok(outcome) and outcome.median_ms < single.median_ms:  # type: ignore[operator]
                 self.inc, self.inc_out = together, outcome
-                self.taken.extend(faster)
-                return []
+                self.taken.extend(faster[:count])
+                return [g for _, g in faster[count:]]
+            count //= 2  # a value that cancels another's gain, or values that fail only together
         self.inc, self.inc_out = {**self.inc, **dict(best)}, single
         self.taken.append(faster[0])
         return [g for _, g in faster[1:]]
