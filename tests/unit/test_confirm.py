@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -392,3 +393,18 @@ def test_a_default_that_led_the_search_and_lost_side_by_side_is_not_a_second_win
     assert out.winner == "-a=1"
     assert [v.route for v in out.verdicts if v.reason.startswith("winner")] == ["-a=1"]
     assert "beat it side by side" in out.verdict("").reason  # type: ignore[union-attr]
+
+
+def test_a_confirmed_challenger_that_lost_to_another_says_the_winner_ran_faster_side_by_side() -> None:
+    """-a=1 was fastest in the search and both challengers beat the default side by side, but -b=1 ran faster in
+    those rounds: -a=1's verdict says it was confirmed and why it still lost, not only that it was confirmed."""
+    search = {t.route: t for t in [trial("", 1.0), trial("-a=1", 0.70), trial("-b=1", 0.72)]}
+    sel = select(search, list(search), TOL)
+    assert sel.winner == "-a=1"
+    side_by_side = measured("", {"": 1.0, "-a=1": 0.8, "-b=1": 0.7}, noise=0.01)
+    out, _ = resolve(sel, SETTINGS, None, store_of({("", ("-a=1", "-b=1")): side_by_side}))
+    assert out.winner == "-b=1"
+    lost = out.verdict("-a=1").reason  # type: ignore[union-attr]
+    assert lost.startswith("fastest in the search (0.7 ms); confirmed: ") and \
+        re.search(r"but the winner ran faster in the same rounds \(0\.70\d ms against 0\.80\d ms", lost), lost
+    assert "ran faster" not in out.verdict("-b=1").reason  # type: ignore[union-attr]

@@ -156,6 +156,10 @@ def decide(m: Remeasurement, settings: Confirm, seed: int = 0, label: str | None
     own = {r.route: statistics.median([t for route, t in m.slots if route == r.route]) for r in confirmed}
     winner = (min(confirmed, key=lambda r: (own[r.route], len(r.route.split()), r.route)).route
               if confirmed else m.baseline)
+    results = [dataclasses.replace(r, reason=f"{r.reason}, but the winner ran faster in the same rounds "
+                                             f"({own[winner]:.3g} ms against {own[r.route]:.3g} ms, the median "
+                                             "of each one's own turns)")
+               if r.passed and r.route != winner else r for r in results]
     load = {k: float(m.meta[k]) for k in LOAD_FIELDS if isinstance(m.meta.get(k), (int, float))}
     return Decision(m.baseline, winner, tuple(results), load or None)
 
@@ -327,7 +331,7 @@ def _final(sel: Selection, settings: Confirm, first: Decision | None, second: De
             else:
                 reason = "winner: " + (r2.reason if r2 else r1.reason if r1 else v.reason)
         elif v.route == sel.winner and v.route != baseline:
-            reason = f"fastest in the search ({v.median_ms:.3g} ms) but " + \
+            reason = f"fastest in the search ({v.median_ms:.3g} ms); " + \
                      ((r2 or r1).reason if (r2 or r1) else "not confirmed")  # type: ignore[union-attr]
         elif v.route == sel.winner:  # the baseline led the search, and a challenger beat it side by side
             reason = f"fastest in the search ({v.median_ms:.3g} ms), but {describe(pick)} beat it side by side"
