@@ -165,3 +165,18 @@ def test_latency_quantiles_are_numpys_to_the_last_bit_without_numpy() -> None:
             "print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_explain_names_the_first_dominated_routes_and_counts_the_rest() -> None:
+    """A search at scale leaves hundreds of dominated routes: explain's decision names the first ten and counts
+    the rest (each is in explain --json); a small search's are all named."""
+    from trt_routes.selection.rank import DOMINATED_SHOWN, front_lines
+
+    many = {t.route: t for t in [trial("", 2.0), *(trial(f"-k{i:02d}=1", 1.0 + i / 100) for i in range(25))]}
+    sel = select(many, list(many), TOL)
+    lines = front_lines(sel, None)
+    named = [line for line in lines if ": dominated by " in line]
+    assert len(named) == DOMINATED_SHOWN and lines[-1].startswith(f"  ... and {25 - DOMINATED_SHOWN} more dominated")
+    few = {t.route: t for t in [trial("", 2.0), trial("-a=1", 1.0), trial("-b=1", 1.5)]}
+    assert [line for line in front_lines(select(few, list(few), TOL), None) if ": dominated by " in line] == [
+        "  default: dominated by -a=1: faster", "  -b=1: dominated by -a=1: faster"]

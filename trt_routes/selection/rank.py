@@ -362,9 +362,13 @@ def pareto_front(sel: Selection, objective: Objective | None) -> facts_.Front:
     return facts_.pareto(points, front_axes(objective), describe)
 
 
+#: Dominated routes explain names in words; the rest are counted (``explain --json`` has each under ``pareto``).
+DOMINATED_SHOWN = 10
+
+
 def front_lines(sel: Selection, objective: Objective | None) -> list[str]:
-    """The front in words, for explain: its routes with their facts (the winner marked), then every
-    dominated route and why it lost."""
+    """The front in words, for explain: its routes with their facts (the winner marked), then the first
+    ``DOMINATED_SHOWN`` dominated routes (and the winner, when dominated) and why each lost, then a count."""
     front = pareto_front(sel, objective)
     if not front.axes or not front.front:
         return []
@@ -373,7 +377,12 @@ def front_lines(sel: Selection, objective: Objective | None) -> list[str]:
     for route in front.front:
         values = ", ".join(facts_.format_fact(a, by_route[route].facts[a]) for a in front.axes)
         lines.append(f"  {describe(route)}: {values}" + ("  <- winner" if route == sel.winner else ""))
-    for route, (_, why) in front.dominated.items():
+    shown = [(route, why) for i, (route, (_, why)) in enumerate(front.dominated.items())
+             if i < DOMINATED_SHOWN or route == sel.winner]
+    for route, why in shown:
         lines.append(f"  {describe(route)}: {why}" + ("  (the winner: the objective ranks by one fact)"
                                                         if route == sel.winner else ""))
+    if len(front.dominated) > len(shown):
+        lines.append(f"  ... and {len(front.dominated) - len(shown)} more dominated route(s) "
+                     "(explain --json lists each under pareto.dominated)")
     return lines
