@@ -32,11 +32,34 @@ def _median_ms(runner: Any, feeds: Any, iters: int) -> float:
     return statistics.median(runner.time(feeds, 3, iters, 1))
 
 
-def job_rows(project_dir: Path, rounds: int, iters: int) -> list[dict[str, Any]]:
+def interleaved(job: Any, routes: dict[str, str], rounds: int, iters: int) -> dict[str, list[float]]:
+    """Each label's median ms per round: every route's engine built and loaded in this process, then timed in
+    ``rounds`` rounds of ``iters`` runs, the order rotated every round (two routes: A B, B A, A B ...)."""
     from trt_routes.backends.registry import get as backend_named
     from trt_routes.evidence.inputs import make_inputs
-    from trt_routes.project import open_project
     from trt_routes.routes import route_dict
+
+    backend = backend_named(job.backend)
+    feeds = make_inputs(job.inputs, 0)
+    labels = list(routes)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    with tempfile.TemporaryDirectory() as scratch:
+        runners = {}
+        for i, (label, route) in enumerate(routes.items()):
+            spec = job.build_spec(route_dict(route), work_dir=f"{scratch}/{i}")
+            engine = Path(scratch) / f"{i}.onnx"
+            backend.build(spec, engine)
+            runners[label] = backend.load(engine, spec)
+            runners[label].run(feeds)
+        for r in range(rounds):
+            for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+                times[label].append(_median_ms(runners[label], feeds, iters))
+        del runners
+    return times
+
+
+def job_rows(project_dir: Path, rounds: int, iters: int) -> list[dict[str, Any]]:
+    from trt_routes.project import open_project
 
     project = open_project(project_dir / "tuning.yaml")
     lock = project.read_lock()
@@ -45,30 +68,13 @@ def job_rows(project_dir: Path, rounds: int, iters: int) -> list[dict[str, Any]]
         entry = lock.jobs.get(job.name)
         if entry is None or entry.route is None or job.backend != "onnxruntime-cuda":
             continue
-        backend = backend_named(job.backend)
-        feeds = make_inputs(job.inputs, 0)
-        routes = {"default": {}, "locked": route_dict(entry.route)}
-        runners = {}
-        with tempfile.TemporaryDirectory() as scratch:
-            for label, route in routes.items():
-                spec = job.build_spec(route, work_dir=f"{scratch}/{label}")
-                engine = Path(scratch) / f"{label}.onnx"
-                backend.build(spec, engine)
-                runners[label] = backend.load(engine, spec)
-                runners[label].run(feeds)
-            ratios, times = [], {"default": [], "locked": []}
-            for r in range(rounds):
-                order = ("default", "locked") if r % 2 == 0 else ("locked", "default")
-                got = {label: _median_ms(runners[label], feeds, iters) for label in order}
-                for label, ms in got.items():
-                    times[label].append(ms)
-                ratios.append(got["default"] / got["locked"])
+        times = interleaved(job, {"default": "", "locked": entry.route}, rounds, iters)
+        ratios = [d / t for d, t in zip(times["default"], times["locked"], strict=True)]
         rows.append({"job": job.name, "group": job.switch_group, "route": entry.route,
                      "default_ms": statistics.median(times["default"]),
                      "locked_ms": statistics.median(times["locked"]), "speedup": statistics.median(ratios),
                      "spread": [round(min(ratios), 3), round(max(ratios), 3)],
                      "cos_loss": ((entry.losses or {}).get(next(iter(entry.losses or {}), ""), {}) or {}).get("cos")})
-        del runners
     return rows
 
 

@@ -378,6 +378,24 @@ def test_search_scale_prints_its_table(tmp_path: Path) -> None:
     assert rows["cold, max_minutes 180 (3-minute builds)"][2:4] == rows["cold@60"][2:4], out  # the same 60 builds
 
 
+@pytest.mark.gpu
+def test_gpu_search_runs_each_search_on_the_cuda_ep_and_times_its_winner(tmp_path: Path) -> None:
+    """bench/gpu_search.py (issue 30 on a real GPU compiler): ResNet-50 exported by torchvision, every knob of
+    the CUDA EP's catalog; the budgeted searches stay within their budget and every winner is timed."""
+    needs_gpu()
+    pytest.importorskip("torchvision")
+    from trt_routes.backends import registry
+
+    if registry.get("onnxruntime-cuda").unavailable_reason() is not None:
+        pytest.skip("no usable CUDA execution provider here")
+    out = bench("gpu_search.py", "--models", "resnet50", "--budget", "8", "--rounds", "2", "--iters", "5",
+                cwd=tmp_path, timeout=900)
+    rows = re.findall(r"^\| resnet50 \| \d+ \(\d+\) \| ([^|]+) \| (\d+) \| ([\d.]+)x \|", out, re.M)
+    assert [name.strip() for name, _, _ in rows] == ["adaptive, max_builds 8", "fast, max_builds 8",
+                                                     "adaptive, no budget"], out
+    assert all(int(builds) <= 8 for _, builds, _ in rows[:2]) and all(float(up) > 0 for _, _, up in rows), out
+
+
 def test_search_scale_bounds_prints_a_row_per_hidden_kind(tmp_path: Path) -> None:
     """--bounds: one row per set of hidden interaction kinds, each a regret against the model's best route."""
     out = bench("search_scale.py", "--bounds", "--seeds", "1", "--knobs", "30", cwd=tmp_path)

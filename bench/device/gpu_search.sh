@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Issue 30 on the H200 machine: bench/gpu_search.py, one model per call, after the back-to-back calls that bring
+# onnxruntime-gpu over (../shared/device/big-wheel.sh split onnxruntime-gpu==1.31.1; carry .whl, .dev/wheel/pN,
+# .dev/wheel/run, as for onnx_gpu_session.sh).
+#   bash bench/device/gpu_search.sh MODEL [BUDGET]    its table in $OUT/MODEL.txt, its rows in $OUT/MODEL.json
+set -u
+model=$1; budget=${2:-12}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# the image's own onnxruntime (CPU) imports too: test for the GPU build's provider library itself
+[ -f /tmp/site/onnxruntime/capi/libonnxruntime_providers_cuda.so ] || bash .dev/wheel/run/assemble.sh || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+{ nvidia-smi -L; python3 --version; nproc
+  python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"; } > "$OUT/env.txt" 2>&1
+timeout 560 python3 bench/gpu_search.py --models "$model" --budget "$budget" --out "$OUT/$model.json" \
+  > "$OUT/$model.txt" 2> "$OUT/$model-stderr.txt"
+echo "== exit $?" >> "$OUT/$model.txt"
+grep -v "No registered plugin EP" "$OUT/$model-stderr.txt" | tail -40 > "$OUT/$model-err.txt"; rm "$OUT/$model-stderr.txt"
+cat "$OUT/$model.txt"; tail -5 "$OUT/$model-err.txt"
