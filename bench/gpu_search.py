@@ -80,6 +80,9 @@ def search_model(model: str, budget: int, rounds: int, iters: int, work: Path) -
         (project_dir / "tuning.yaml").write_text(yaml.safe_dump(manifest(model, onnx, group,
                                                                          strategy(name, budget))))
         result = apply(open_project(project_dir / "tuning.yaml"))
+        if len(result.outcomes) != 1:  # blocked (no matching GPU, the provider missing): say why, stop
+            raise SystemExit(f"{model} {name}: apply ran no job (exit {result.exit_code}): "
+                             f"{[(p.job.name, p.action, p.reasons) for p in result.plan.jobs]}")
         (outcome,) = result.outcomes
         job = outcome.job
         route = outcome.lock_entry.route if outcome.lock_entry is not None else None
