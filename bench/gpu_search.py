@@ -8,7 +8,7 @@ the reference). Then the default route and the three winners are built again and
 process (``--rounds`` rounds, the order rotated). Each winner's speedup is the median over rounds of default /
 winner; its share is that speedup's log over the reference's.
 
-    python bench/gpu_search.py [--models resnet50,bert-base] [--budget 12] [--rounds 5] [--out results.json]
+    python bench/gpu_search.py [--models resnet50,bert-base] [--budget 12] [--rounds 8] [--out results.json]
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="resnet50,bert-base")
     parser.add_argument("--budget", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=8,
+                        help="a multiple of the routes timed (4) puts each in each place equally often")
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
