@@ -26,22 +26,20 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "onnx-gpu"
 sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "recipes" / "onnx-gpu"))
+sys.path.insert(0, str(RECIPE))
 
 from onnx_gpu import interleaved  # noqa: E402
 
-#: the recipe's shape profile and inputs per model (recipes/onnx-gpu/tuning.yaml)
-MODELS: dict[str, dict[str, Any]] = {
-    "resnet50": {"shapes": {"bs32": {"image": [32, 3, 224, 224]}}},
-    "efficientnet-b0": {"shapes": {"bs32": {"image": [32, 3, 224, 224]}}},
-    "convnext-t": {"shapes": {"bs16": {"image": [16, 3, 224, 224]}}},
-    "vit-b16": {"shapes": {"bs8": {"image": [8, 3, 224, 224]}}},
-    "bert-base": {"shapes": {"b8s128": {"input_ids": [8, 128]}},
-                  "inputs": {"input_ids": {"dtype": "int64", "low": 0, "high": 30522}}},
-}
 SEARCHES = ("adaptive, max_builds", "fast, max_builds", "adaptive, no budget")
 BACKEND = "onnxruntime-cuda"
+
+
+def recipe_model(model: str) -> dict[str, Any]:
+    """The model's shape profiles and inputs, as the recipe's tuning.yaml gives them."""
+    entry = yaml.safe_load((RECIPE / "tuning.yaml").read_text())["models"][model]
+    return {key: entry[key] for key in ("shapes", "inputs") if key in entry}
 
 
 def strategy(name: str, budget: int) -> dict[str, Any]:
@@ -55,7 +53,7 @@ def manifest(model: str, path: Path, group: str, search: dict[str, Any]) -> dict
             "strategies": {"s": search}, "tolerances": {"t": {"checks": [{"metric": "cos", "threshold": 1.0e-3}]}},
             "defaults": {"backend": BACKEND, "targets": ["gpu"], "switch_group": "all", "strategy": "s",
                          "tolerance": "t"},
-            "models": {model: {"path": str(path), **MODELS[model]}}}
+            "models": {model: {"path": str(path), **recipe_model(model)}}}
 
 
 def search_model(model: str, budget: int, rounds: int, iters: int, work: Path) -> dict[str, Any]:
@@ -68,10 +66,9 @@ def search_model(model: str, budget: int, rounds: int, iters: int, work: Path) -
     onnx = make_models.HERE / "models" / f"{model}.onnx"
     if not onnx.exists():
         make_models.export(model)
-    catalog = backend_named(BACKEND).catalog()
-    group = " ".join(f"{k.option}=[{'|'.join(k.values)}]" for k in catalog.knobs if k.values)
-    values = sum(len(k.values) - 1 for k in catalog.knobs if k.values)
-    row: dict[str, Any] = {"model": model, "knobs": sum(1 for k in catalog.knobs if k.values), "values": values,
+    closed = [k for k in backend_named(BACKEND).catalog().knobs if k.values is not None]
+    group = " ".join(k.allowed_text() for k in closed)
+    row: dict[str, Any] = {"model": model, "knobs": len(closed), "values": sum(len(k.values or ()) - 1 for k in closed),
                            "searches": {}}
     job = None
     for name in SEARCHES:
