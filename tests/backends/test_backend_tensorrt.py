@@ -572,8 +572,10 @@ def test_layer_profile_from_tensorrt_s_profiler_on_a_runner_loaded_for_it(trt: M
     """Issue 32: an IProfiler on the loaded engine's context reports each layer's time after its stream
     synchronized (enqueue_emits_profile off, report_to_profiler), one run at a time; the runner is closed after,
     so no timed run has a profiler attached. In the stand-in a route changes the layers' times (tactics)."""
+    from trt_routes.audit.layers import LayersReport
     from trt_routes.backends.tensorrt.profile import layer_op, profile_runner
     from trt_routes.evidence.layers import compare
+    from trt_routes.report.layers_text import render_layers
 
     model = conv_model(tmp_path / "m.onnx")
     x = {"x": np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)}
@@ -606,6 +608,19 @@ def test_layer_profile_from_tensorrt_s_profiler_on_a_runner_loaded_for_it(trt: M
         ("conv", "Conv"), ("relu", "Relu"), ("pool", "GlobalAveragePool"), ("flatten", "Flatten")]
     assert all(layer.where.startswith("gpu: sm90_standin_") for layer in detailed[0].layers) and not detailed[0].note
     assert [a.where for a in detailed[0].layers] != [b.where for b in detailed[1].layers]  # another tactic somewhere
+    # the same layers by name and op, another kernel: explain --layers must not call them the same layer for layer
+    kernels = compare(*detailed)
+    assert {r.name for r in kernels.moved} == {a.name for a, b in zip(*(d.layers for d in detailed), strict=True)
+                                               if a.where != b.where}
+    assert not kernels.same_layers and all(r.paired_by == "name" for r in kernels.rows)
+    from rich.console import Console
+
+    console = Console(record=True, width=300)
+    render_layers(LayersReport("m/bs1/gpu", "", "-conv_use_long_w=off", "the winner", kernels, 1.0, 0.9), console)
+    text = console.export_text()
+    assert "same layer for layer" not in text and f"{len(kernels.moved)} ran elsewhere" in text
+    row = kernels.moved[0]
+    assert f"{row.default_where} -> {row.winner_where}" in text  # the table's "where" column
     assert [layer_op(n) for n in ("/l1/conv/Conv + /l1/relu/Relu", "Reformatting CopyNode for Input Tensor 0",
                                   "fc")] == ["Conv+Relu", "Reformat", "fc"]
 

@@ -113,7 +113,10 @@ class LayersReport:
                            "wall_ms": d.winner.wall_ms, "runs": d.winner.runs, "note": d.winner.note},
                 "rows": [{"name": r.name, "winner_name": r.winner_name or None, "op": r.op,
                           "default_ms": r.default_ms, "winner_ms": r.winner_ms, "diff_ms": r.diff_ms,
-                          "share": d.share(r), "paired_by": r.paired_by or None} for r in d.largest(len(d.rows))],
+                          "share": d.share(r), "paired_by": r.paired_by or None,
+                          "default_where": r.default_where if r.default_ms is not None else None,
+                          "winner_where": r.winner_where if r.winner_ms is not None else None}
+                         for r in d.largest(len(d.rows))],
                 "notes": self.notes}
 
 

@@ -91,10 +91,17 @@ class LayerRow:
     winner_ms: float | None
     paired_by: str  # "name", "op and order", or "" for a layer only one has
     winner_name: str = ""
+    default_where: str = ""  # where it ran in each engine ("" in the engine that lacks it)
+    winner_where: str = ""
 
     @property
     def diff_ms(self) -> float:
         return (self.default_ms or 0.0) - (self.winner_ms or 0.0)  # > 0: faster in the winner
+
+    @property
+    def moved(self) -> bool:
+        """Both engines have the layer and it ran elsewhere: another kernel (a TensorRT tactic) or provider."""
+        return bool(self.paired_by) and self.default_where != self.winner_where
 
 
 @dataclass
@@ -116,9 +123,14 @@ class LayerDiff:
         return [r for r in self.rows if r.default_ms is None]
 
     @property
+    def moved(self) -> list[LayerRow]:
+        return [r for r in self.rows if r.moved]
+
+    @property
     def same_layers(self) -> bool:
-        """The two engines have the same layers by name and op (what the profiler sees did not change)."""
-        return all(r.paired_by == "name" for r in self.rows)
+        """The two engines have the same layers by name and op, each run where it ran before (what the
+        profiler sees did not change)."""
+        return all(r.paired_by == "name" and not r.moved for r in self.rows)
 
     def largest(self, n: int = 10) -> list[LayerRow]:
         return sorted(self.rows, key=lambda r: -abs(r.diff_ms))[:n]
@@ -137,7 +149,7 @@ def compare(default: LayerProfile, winner: LayerProfile) -> LayerDiff:
     for layer in default.layers:
         other = theirs.pop(layer.name, None)
         if other is not None and other.op == layer.op:
-            rows.append(LayerRow(layer.name, layer.op, layer.ms, other.ms, "name"))
+            rows.append(LayerRow(layer.name, layer.op, layer.ms, other.ms, "name", "", layer.where, other.where))
         else:
             if other is not None:
                 theirs[layer.name] = other
@@ -151,10 +163,12 @@ def compare(default: LayerProfile, winner: LayerProfile) -> LayerDiff:
         if pool:
             other = pool.pop(0)
             theirs.pop(other.name, None)
-            rows.append(LayerRow(layer.name, layer.op, layer.ms, other.ms, "op and order", other.name))
+            rows.append(LayerRow(layer.name, layer.op, layer.ms, other.ms, "op and order", other.name, layer.where,
+                                 other.where))
         else:
-            rows.append(LayerRow(layer.name, layer.op, layer.ms, None, ""))
-    rows += [LayerRow(layer.name, layer.op, None, layer.ms, "") for layer in winner.layers if layer.name in theirs]
+            rows.append(LayerRow(layer.name, layer.op, layer.ms, None, "", "", layer.where))
+    rows += [LayerRow(layer.name, layer.op, None, layer.ms, "", "", "", layer.where)
+             for layer in winner.layers if layer.name in theirs]
     return LayerDiff(default, winner, rows)
 
 

@@ -229,6 +229,8 @@ class LayerRowJson(Doc):
     diff_ms: float
     share: Num
     paired_by: str | None
+    default_where: str | None
+    winner_where: str | None
 
 
 class LayersJson(Doc):

@@ -194,7 +194,8 @@ def _layers(project: Project, trials: dict[str, TrialRecord], ex: Explanation) -
     diff = compare(default, other)
     rows = [Effect(r.name + ("" if r.paired_by else " (only in one)"),
                    ((r.winner_ms or 0.0) - (r.default_ms or 0.0)) / default.total_ms, 1, r.op,
-                   f"{r.name} ({r.op}): {r.default_ms or 0:.3f} -> {r.winner_ms or 0:.3f} ms")
+                   f"{r.name} ({r.op}): {r.default_ms or 0:.3f} -> {r.winner_ms or 0:.3f} ms"
+                   + (f", ran on {r.default_where} -> {r.winner_where}" if r.moved else ""))
             for r in diff.largest(10)]
     return rows, winner
 

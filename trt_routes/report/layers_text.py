@@ -46,22 +46,25 @@ def render_layers(rep: LayersReport, console: Console, top: int = 10) -> None:
                   f"{d.default.total_ms:.3f} -> {d.winner.total_ms:.3f} ms ({abs(d.gain_ms):.3f} ms "
                   f"{'faster' if d.gain_ms >= 0 else 'slower'} in the winner's layers)", markup=False, highlight=False)
     if d.same_layers:
-        console.print("  the two engines are the same layer for layer (same names and ops): the route changed "
-                      "how long layers take, not which run", markup=False)
+        console.print("  the two engines are the same layer for layer (same names, ops and where each ran): the route "
+                      "changed how long layers take, not which run", markup=False)
     else:
         console.print(f"  {len(d.only_default)} layer(s) only in the default, {len(d.only_winner)} only in the "
-                      f"winner; {sum(1 for r in d.rows if r.paired_by == 'op and order')} paired by op and order",
-                      markup=False)
+                      f"winner; {sum(1 for r in d.rows if r.paired_by == 'op and order')} paired by op and order; "
+                      f"{len(d.moved)} ran elsewhere (another kernel or provider)", markup=False)
+    moved = bool(d.moved)  # a "where" column only when it says something
     table = Table(title=f"the {min(top, len(d.rows))} largest differences")
-    for col in ("layer", "op", "default ms", "winner ms", "faster by ms", "share of gain"):
+    for col in ("layer", "op", *(["where"] if moved else []), "default ms", "winner ms", "faster by ms",
+                "share of gain"):
         table.add_column(col, overflow="fold")
     for r in d.largest(top):
         name = r.name if not r.winner_name else f"{r.name} ~ {r.winner_name}"
         if r.paired_by == "":
             name += " (only in the default)" if r.winner_ms is None else " (only in the winner)"
+        where = f"{r.default_where} -> {r.winner_where}" if r.moved else r.default_where or r.winner_where
         share = d.share(r)
-        table.add_row(name, r.op, _ms(r.default_ms), _ms(r.winner_ms), f"{r.diff_ms:+.3f}",
-                      "-" if share is None else f"{share:.0%}")
+        table.add_row(name, r.op, *([where] if moved else []), _ms(r.default_ms), _ms(r.winner_ms),
+                      f"{r.diff_ms:+.3f}", "-" if share is None else f"{share:.0%}")
     console.print(table)
     for note in rep.notes:
         console.print(f"  note: {note}", markup=False, highlight=False)
