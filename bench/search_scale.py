@@ -20,9 +20,9 @@ Regret = the chosen route's true time / the best route the generator's noise-fre
 (``header.best``; a failed or gate-failing choice counts as infinite). "within 3%": regret <= 1.03.
 
 ``--variant`` changes the generator's parameters (the same method on models it was not tuned on): ``noise3``
-(three times the noise), ``nofail`` (no failing value), ``fail12`` (12% failing values), ``dense`` (10% strong
-gains, 5% strong losses, 25% small effects), ``pairfail`` (half the failing values fail only beside another
-knob's value).
+(three times the noise), ``nofail`` (no failing value), ``fail12`` and ``fail25`` (12% and 25% failing values),
+``dense`` (10% strong gains, 5% strong losses, 25% small effects), ``pairfail`` (half the failing values fail
+only beside another knob's value).
 
 ``--bounds``: how much of the best route's gain lies in interactions. The route a noise-free descent (the one
 that finds ``header.best``) chooses on the model with some kinds of interaction hidden, timed on the true model:
@@ -73,6 +73,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "noise3": {"noise": {"trial": 0.03, "repeat": 0.015, "run": 0.036}},
     "nofail": {"crash_values": 0.0, "gate_values": 0.0},
     "fail12": {"crash_values": 0.06, "gate_values": 0.06},
+    "fail25": {"crash_values": 0.125, "gate_values": 0.125},
     "dense": {"neutral": 0.6, "small": 0.25, "strong_gain": 0.1, "strong_loss": 0.05},
     "pairfail": {"pair_failures": 0.5},
 }

@@ -197,3 +197,23 @@ only."""
     assert len(known) <= 20 and any(land.status(r) == "crashed" and len(route_dict(r)) > 8 for r in known)  # the sum
     best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
     assert {"-k01": "1", "-k05": "1"}.items() <= route_dict(best).items() and "-k13" not in route_dict(best)
+
+
+def test_builds_a_step_cannot_use_go_to_the_groups_left_unscreened() -> None:
+    """Every fourth value crashes: nearly every first-level group fails and is split, and the screening of
+    their halves outlasts the first step's share of the budget. The second screening has no neutral value to
+    screen again and no group was taken whole, so before this, the search ended with a third of its budget
+    unused and the default route (11 builds of 16). The halves the first step left are screened with the rest."""
+    knobs = [{"option": f"-k{i:02d}", "values": ["0", "1"], "default": "0"} for i in range(N)]
+    land = validate_model({
+        "format": "trt-routes/landscape@2", "knobs": knobs,
+        "failures": [{"when": {f"-k{i:02d}": "1"}, "status": "crashed"} for i in range(1, N, 4)],
+        "profiles": {"p": {"base_ms": 10.0, "effects": {"-k06": {"1": -0.22}, "-k30": {"1": -0.105}}}}})
+    expr = parse_expression(land.expression_text(), land.catalog)
+    for budget in (16, 24):
+        inner = make_search("adaptive", expr, land.catalog, budget=budget)
+        assert isinstance(inner, AdaptiveSearch) and inner.grouped
+        known = drive(JobSearch(inner, (), frozenset(), budget, None), land)
+        assert len(known) == budget
+        best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
+        assert route_dict(best).get("-k06") == "1" and land.status(best) == "ok"

@@ -18,11 +18,13 @@ stopped search resumes. Its steps, each one batch that builds side by side:
 2. **Screen again on the incumbent** (from ``SCREEN_SHARE`` of the budget): the units that were neutral, in
    groups of ``SECOND_SIZE`` (they built successfully before, so these groups rarely fail), as many as the
    budget pays for: a knob that helps only beside a gain found in step 1 shows now. The groups are
-   interleaved (``interleave``): a gain masked by a loss in its first group meets other units.
+   interleaved (``interleave``): a gain masked by a loss in its first group meets other units. After them come
+   the groups step 1 left unscreened when its share ran out (the halves of failed groups).
 3. **Drop passengers** (the last ``DROP_SHARE`` of the budget): for each group taken whole, the incumbent
    without one half, then without the other; a half whose removal costs nothing is dropped, a half whose
    removal costs is split again. The drops of one step are checked together by one build.
 
+Builds a step cannot use go to the groups still waiting: the search ends at its budget, not before.
 ``bench/search_scale.py`` measures it; ``docs/search-at-scale.md`` says what holds at which scale."""
 
 from __future__ import annotations
@@ -160,11 +162,15 @@ class _Run:
     def run(self) -> None:
         budget = self.s.budget
         limit = budget - math.floor(budget * DROP_SHARE)
-        self.screen(deque(self.s.first), min(limit, math.floor(budget * SCREEN_SHARE)))
+        first = deque(self.s.first)
+        self.screen(first, min(limit, math.floor(budget * SCREEN_SHARE)))
         moved, neutral = self.moved(), set(self.neutral)
         again = [u for u in self.s.units if u in neutral and u[0] not in moved]  # in screening order
-        self.screen(deque(split_by_knob(interleave(again, SECOND_SIZE), SECOND_SIZE)), limit)
+        # after them, what the first step left unscreened (many failed groups' halves, a failed centre)
+        queue = deque([*split_by_knob(interleave(again, SECOND_SIZE), SECOND_SIZE), *first])
+        self.screen(queue, limit)
         self.drop_passengers()
+        self.screen(queue, budget)  # what the earlier steps left of the budget
 
     def reference(self, outcomes: Sequence[Outcome]) -> float | None:
         times = [o.median_ms for o in outcomes if _ok(o) and o.median_ms is not None]
