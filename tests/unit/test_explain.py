@@ -174,3 +174,20 @@ def test_explain_renders_the_decision_apply_stored_and_says_when_the_trials_chan
         cache.conn.execute("DELETE FROM decision_records")
     ex = explain(project, job.name)
     assert ex.decided == {"by": "trials", "at": None} and ex.selection is not None
+
+
+def test_nearest_lines_need_a_winner_of_two_changes_or_more() -> None:
+    from trt_routes.audit.explain import nearest_lines
+    from trt_routes.cache.store import TrialRecord
+
+    def trial(route: str, ms: float) -> TrialRecord:
+        return TrialRecord(id=route or "d", group_key="g", job="j", route=route, signature="s", model_digest="m",
+                           shape_key="x", settings_key="y", protocol_key="p", reference_key="r", backend="b",
+                           status="ok", median_ms=ms)
+
+    one = {t.route: t for t in (trial("", 2.0), trial("-a=1", 1.0), trial("-b=1", 1.5))}
+    assert nearest_lines(one, "-a=1") == [] and nearest_lines(one, "") == [] and nearest_lines(one, None) == []
+    many = {t.route: t for t in (trial("", 2.0), *(trial(f"-a=1 -b=1 -c{i}=1", 1.0 + i / 100) for i in range(9)))}
+    lines = nearest_lines(many, "-a=1 -b=1 -c0=1", shown=3)
+    assert len(lines) == 4 and "5 more in the trials" in lines[0]
+    assert lines[1] == "  without -c0=1, with -c8=1: 1.080x the winner's time"  # costliest of the nearest first

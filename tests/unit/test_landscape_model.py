@@ -162,3 +162,34 @@ models: {{m: {{path: {land}, shapes: {{p: {{x: [1]}}}}}}}}
     assert status["-b=z"] == "crashed" and status["-b=y"] == "build-error"
     assert status["-a=1 -b=z"] == "accuracy-failed" and status["-a=1"] == "ok"
     assert result.outcomes[0].selection is not None and result.outcomes[0].selection.winner == "-a=1"
+
+
+def test_explain_shows_what_a_winner_s_changes_are_worth_from_the_routes_nearest_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-a=1 -c=1 wins (-c=1 helps only beside -a=1); explain, through the CLI, gives the routes one change from it,
+    the costliest first: without -a=1 1.35x (exp(0.3)), without -c=1 1.10x, with -d=1 1.00x (clipped)."""
+    from typer.testing import CliRunner
+
+    from trt_routes.cli.app import app
+
+    land = tmp_path / "m.json"
+    land.write_text(json.dumps(model()))
+    monkeypatch.setenv(ENV_VAR, str(land))
+    (tmp_path / "tuning.yaml").write_text(f"""
+schema_version: 1
+measurement: {{warmup: 0, iterations: 2, repeats: 2, timeout_s: 30, settle: false}}
+switch_groups: {{g: "-a=[0|1] -c=[0|1] -d=[0|1]"}}
+strategies: {{s: {{mode: full, confirm: false}}}}
+tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-4}}]}}}}
+defaults: {{backend: replay, switch_group: g, strategy: s, tolerance: t}}
+models: {{m: {{path: {land}, shapes: {{p: {{x: [1]}}}}}}}}
+""")
+    manifest = ["-m", str(tmp_path / "tuning.yaml")]
+    assert CliRunner().invoke(app, ["apply", *manifest]).exit_code == 0
+    out = CliRunner().invoke(app, ["explain", "m/p/cpu", *manifest], terminal_width=200).output
+    head = out.index("What the winner's 2 changes are worth")
+    lines = out[head:].splitlines()[1:4]
+    assert [line.split(":")[0].strip() for line in lines] == ["without -a=1", "without -c=1", "with -d=1"]
+    assert [round(float(line.split(": ")[1].split("x")[0]), 2) for line in lines] == [
+        round(math.exp(0.3), 2), round(math.exp(0.1 - 0.004), 2), 1.0]
+    assert "without -c=1, with -d=1" not in out and "without -a=1 -c=1" not in out  # as far as the default

@@ -19,7 +19,7 @@ from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.plan import decision as decisions
 from trt_routes.plan.diff import stale_reasons
 from trt_routes.project import LossLookupFromBlobs, Project
-from trt_routes.routes import describe
+from trt_routes.routes import describe, route_dict
 from trt_routes.selection.headline import headline
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection, front_lines, pareto_front, trial_facts
 
@@ -169,6 +169,7 @@ def explain_job(project: Project, job: Job, cache: CacheStore, lock: Lockfile) -
         ex.decision += ex.front_lines
         if (busy := busy_summary((t.meta for t in trials.values()), job.measurement.busy)) is not None:
             ex.decision.append(f"Busy host: {busy}.")
+        ex.decision += nearest_lines(trials, sel.winner)
         ex.decision += made.search
         if "note" in decided:
             ex.decision.append(f"Note: {decided['note']}.")
@@ -206,6 +207,37 @@ def _decision(job: Job, sel: Selection, trials: dict[str, TrialRecord],
         lines.append(f"The lock holds {describe(entry.route or '')}, but the trials now select "
                      f"{describe(sel.winner)}: run `trt-routes plan` to see why and `trt-routes apply` to update.")
     return mg, lines
+
+
+#: Measured routes shown beside a winner of several changes (``nearest_lines``).
+NEAREST_SHOWN = 6
+
+
+def nearest_lines(trials: dict[str, TrialRecord], winner: str | None, shown: int = NEAREST_SHOWN) -> list[str]:
+    """What a winner's changes are worth, from the measured routes nearest it: each one's changes against the
+    winner's (without some of them, with others) and its median against the winner's, fewest differences first.
+    Empty for a winner of one change or none (the margin over the default says it all)."""
+    win = trials.get(winner) if winner is not None else None
+    if win is None or win.median_ms is None or winner is None or len(assign := route_dict(winner)) < 2:
+        return []
+    near: list[tuple[int, float, str]] = []
+    for t in trials.values():
+        if t.route == winner or t.status != TrialStatus.OK or t.median_ms is None:
+            continue
+        other = route_dict(t.route)
+        without = [f"{k}={v}" for k, v in assign.items() if other.get(k) != v]
+        extra = [f"{k}={v}" for k, v in other.items() if assign.get(k) != v]
+        if len(without) + len(extra) >= len(assign):  # no nearer the winner than the default is
+            continue
+        parts = [f"without {' '.join(without)}" if without else "", f"with {' '.join(extra)}" if extra else ""]
+        near.append((len(without) + len(extra), t.median_ms / win.median_ms, ", ".join(p for p in parts if p)))
+    if not near:
+        return []
+    near.sort(key=lambda n: (n[0], -n[1]))  # fewest differences first, the costliest of them first
+    lines = [f"  {what}: {ratio:.3f}x the winner's time" for _, ratio, what in near[:shown]]
+    more = f"; {len(near) - shown} more in the trials" if len(near) > shown else ""
+    return [f"What the winner's {len(assign)} changes are worth: the measured routes nearest it (ratios of the "
+            f"search's medians{more}):", *lines]
 
 
 def _baseline_line(job: Job, sel: Selection, trials: dict[str, TrialRecord]) -> str:
