@@ -158,8 +158,11 @@ models: {{m: {{path: {land}, shapes: {{p: {{x: [1]}}}}}}}}
     result = apply(open_project(tmp_path / "tuning.yaml"))
     assert result.exit_code == 0, [o.error for o in result.outcomes]
     with open_project(tmp_path / "tuning.yaml").open_cache() as cache:
-        status = {t.route: t.status for t in cache.all_trials()}
+        trials = cache.all_trials()
+    status = {t.route: t.status for t in trials}
     assert status["-b=z"] == "crashed" and status["-b=y"] == "build-error"
+    # timings drawn from the file: no host load is read, so no busy-host note can apply to them
+    assert all(t.meta.cpu_busy_others is None and t.meta.cpu_ticks is None for t in trials)
     assert status["-a=1 -b=z"] == "accuracy-failed" and status["-a=1"] == "ok"
     assert result.outcomes[0].selection is not None and result.outcomes[0].selection.winner == "-a=1"
 

@@ -139,6 +139,9 @@ class Backend(ABC):
     #: re-measurement then loads each turn's engine afresh and releases it after the turn
     #: (``trt_routes.execute.remeasure``).
     reload_each_turn: ClassVar[bool] = False
+    #: False where timings do not come from running on this host (the replay backend draws them from a file):
+    #: no load is read while they are taken, so no busy-host warning or refusal applies to them.
+    host_timed: ClassVar[bool] = True
 
     def engine_identity(self, engine: Path) -> str | None:
         """What every build of one route on one signature shares, where the engine bytes do not (ONNX

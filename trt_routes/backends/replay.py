@@ -130,7 +130,8 @@ class ReplayBackend(Backend):
 
     name: ClassVar[str] = "replay"
     engine_suffix: ClassVar[str] = ".replay.json"
-    install_hint: ClassVar[str] = f"set {ENV_VAR}=path/to/landscape.json (a trt-routes/landscape@1 file)"
+    install_hint: ClassVar[str] = f"set {ENV_VAR}=path/to/landscape.json (a trt-routes/landscape@1 or @2 file)"
+    host_timed: ClassVar[bool] = False  # its samples are drawn from the file
 
     def __init__(self) -> None:
         self._landscapes: dict[str, Landscape | ModelLandscape] = {}

@@ -93,7 +93,8 @@ def run_remeasure(task: RemeasureTask) -> TaskResult:
     else:
         for route in task.order:
             turn(route)
-    meta: dict[str, Any] = {"slots": slots, "slot_iterations": iterations, "warmup": warm, **noise.finish()}
+    meta: dict[str, Any] = {"slots": slots, "slot_iterations": iterations, "warmup": warm,
+                            **(noise.finish() if backend.host_timed else {})}
     if fresh:
         meta["turns"] = TURNS_RELOAD
     if task.keep_samples:

@@ -126,7 +126,8 @@ def run_trial(task: TrialTask) -> TaskResult:
     result = _check_and_time(task, backend, store, store.path(engine_sha))
     result.log, result.build_s, result.engine_sha256 = log, build_s, engine_sha
     result.measure_s = time.perf_counter() - t1  # load, check, time and release the engine
-    result.meta.update(noise.finish(judge=task.judge_busy))
+    if backend.host_timed:
+        result.meta.update(noise.finish(judge=task.judge_busy))
     if result.samples:
         stored = result.meta.setdefault("facts", {})
         stored["build_s"] = build_s
