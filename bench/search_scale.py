@@ -33,14 +33,20 @@ values together.
 ``--curve``: cold regret against the budget instead, group screening at 60-400 builds beside the one-knob scan
 (then combinations and a descent, what ``adaptive`` does without a budget) at 400, 600 and no budget.
 
-Run: python bench/search_scale.py [--seeds 30] [--knobs 200] [--variant NAME] [--curve | --bounds]"""
+``--cli``: cold@60, cold@120 and warm@60 (winner and failed values) through ``trt-routes apply`` in a subprocess:
+real workers, the side-by-side confirmation, and the priors warm@60 reads from the cache that cold@120 left
+(shape ``b`` gets another input shape, so it is another job); beside the same cases run in this process.
+
+Run: python bench/search_scale.py [--seeds 30] [--knobs 200] [--variant NAME] [--curve | --bounds | --cli]"""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import datetime
+import json
 import math
+import os
 import platform
 import sys
 import time
@@ -207,6 +213,76 @@ def bounds(seeds: int, knobs: int, variant: str | None) -> None:
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 
+MANIFEST = """schema_version: 1
+paths: {{cache: {cache}}}
+measurement: {{warmup: 0, iterations: {iterations}, repeats: {repeats}, settle: false}}
+switch_groups: {{g: "{group}"}}
+strategies: {{s: {{mode: adaptive, max_builds: {budget}}}}}
+tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-4}}]}}}}
+defaults: {{backend: replay, switch_group: g, strategy: s, tolerance: t}}
+models: {{m: {{path: {model}, shapes: {{{shape}: {{x: [{size}]}}}}}}}}
+"""
+
+
+def apply_cli(root: Path, land: ModelLandscape, name: str, shape: str, budget: int, cache: str) -> str | None:
+    """The route ``trt-routes apply`` locks for profile ``shape`` of ``root/m.json`` (a subprocess in a folder of
+    its own, trials in ``cache``); shape ``b`` gets another input shape, so it is another job, not ``a``'s."""
+    import subprocess
+
+    from trt_routes.lockfile import Lockfile
+
+    folder = root / name
+    folder.mkdir()
+    (folder / "tuning.yaml").write_text(MANIFEST.format(
+        cache=cache, iterations=ITERATIONS, repeats=REPEATS, group=land.expression_text(), budget=budget,
+        model=root / "m.json", shape=shape, size=" ab".index(shape)))
+    done = subprocess.run([sys.executable, "-c", "from trt_routes.cli.app import main; main()", "apply"],
+                          cwd=folder, env={**os.environ, "TRT_ROUTES_LANDSCAPE": str(root / "m.json")},
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{root} {name}: apply exited {done.returncode}: {done.stderr[-2000:]}")
+    return Lockfile.read(folder / "tuning.lock").jobs[f"m/{shape}/cpu"].route
+
+
+def cli(seeds: int, knobs: int, variant: str | None) -> None:
+    """The cold and warm cases through ``trt-routes apply`` (``apply_cli``: real workers, the side-by-side
+    confirmation, priors read from the cache), beside the same cases run in this process."""
+    import tempfile
+
+    started = time.perf_counter()
+    rows: dict[str, list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(seeds):
+            data = make(seed, knobs)
+            land, root = validate_model(data), Path(tmp) / str(seed)
+            root.mkdir()
+            (root / "m.json").write_text(json.dumps(data))
+            best = {p: float(data["header"]["best"][p]["ms"]) for p in ("a", "b")}
+            shared = str(root / "shared.sqlite")  # cold@120 on shape a, then warm@60 on shape b read it
+            related: dict[str, TrialRecord] = {}
+            prior: tuple[str, ...] = ()
+            for name, shape, budget, cache in (("cold@60", "a", 60, str(root / "cold60.sqlite")),
+                                               ("cold@120", "a", 120, shared),
+                                               ("warm@60, winner and failed values", "b", 60, shared)):
+                chosen = apply_cli(root, land, name.split(",")[0].replace("@", "-"), shape, budget, cache)
+                warm = shape == "b"
+                mine, _ = run(land, shape, "adaptive", budget, seed, prior if warm else (),
+                              failed_values(related.values()) if warm else (),
+                              seen=related if cache == shared else None)
+                if name == "cold@120":
+                    prior = (mine,) if mine else ()
+                rows.setdefault(name, []).append((regret(land, shape, chosen, best[shape]),
+                                                  regret(land, shape, mine, best[shape])))
+            print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    print(title(" --cli", seeds, knobs, variant))
+    print("| case | `trt-routes apply`: regret median | within 3% | in this process: regret median | within 3% |\n"
+          "|---|---|---|---|---|")
+    for name, vals in rows.items():
+        cells = [f"{np.median(x):.3f} | {np.mean(x <= 1.03):.0%}" for x in np.array(vals).T]
+        print(f"| {name} | {' | '.join(cells)} |")
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=30)
@@ -216,8 +292,12 @@ def main() -> None:
                     help="regret against the build budget instead: group screening and the one-knob scan, cold")
     ap.add_argument("--bounds", action="store_true",
                     help="what a method that knows the model but for some kinds of interaction reaches")
+    ap.add_argument("--cli", action="store_true", help="the cold and warm cases through `trt-routes apply` too")
     args = ap.parse_args()
     PARAMS.update(VARIANTS.get(args.variant or "", {}))
+    if args.cli:
+        cli(args.seeds, args.knobs, args.variant)
+        return
     if args.curve or args.bounds:
         (curve if args.curve else bounds)(args.seeds, args.knobs, args.variant)
         return

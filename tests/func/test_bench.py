@@ -415,3 +415,13 @@ def test_search_scale_curve_prints_regret_against_the_budget(tmp_path: Path) -> 
     for _, budget, builds, median, *_ in rows:
         assert budget == "none" or float(builds) <= int(budget), out
         assert float(median) > 0, out
+
+
+def test_search_scale_cli_runs_the_cases_through_apply(tmp_path: Path) -> None:
+    """--cli: cold@60, cold@120 and warm@60 through `trt-routes apply` in a subprocess, beside this process's run;
+    each regret a number >= 1 (the model's best route is the reference)."""
+    out = bench("search_scale.py", "--cli", "--seeds", "1", "--knobs", "30", cwd=tmp_path)
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+            if line.startswith(("| cold", "| warm"))]
+    assert [r[0] for r in rows] == ["cold@60", "cold@120", "warm@60, winner and failed values"], out
+    assert all(float(r[1]) >= 0.99 and float(r[3]) >= 0.99 for r in rows), out
