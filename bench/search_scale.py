@@ -229,7 +229,7 @@ def apply_cli(root: Path, land: ModelLandscape, name: str, shape: str, budget: i
     its own, trials in ``cache``); shape ``b`` gets another input shape, so it is another job, not ``a``'s."""
     import subprocess
 
-    from trt_routes.lockfile import Lockfile
+    from trt_routes.project import open_project
 
     folder = root / name
     folder.mkdir()
@@ -241,7 +241,7 @@ def apply_cli(root: Path, land: ModelLandscape, name: str, shape: str, budget: i
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{root} {name}: apply exited {done.returncode}: {done.stderr[-2000:]}")
-    return Lockfile.read(folder / "tuning.lock").jobs[f"m/{shape}/cpu"].route
+    return open_project(folder / "tuning.yaml").read_lock().jobs[f"m/{shape}/cpu"].route
 
 
 def cli(seeds: int, knobs: int, variant: str | None) -> None:
