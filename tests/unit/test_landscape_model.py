@@ -139,23 +139,28 @@ def test_profiles_are_chosen_by_shape_name(tmp_path: Path, monkeypatch: pytest.M
         _measure(backend, path, tmp_path, 0, "r")
 
 
-def test_model_landscape_replays_through_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trt_routes.project import open_project
-    from trt_routes.tune.apply import apply
-
+def replay_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: str) -> Path:
+    """A manifest that tunes ``model()`` (served by the replay backend) over ``group``, every route (mode full)."""
     land = tmp_path / "m.json"
     land.write_text(json.dumps(model()))
     monkeypatch.setenv(ENV_VAR, str(land))
     (tmp_path / "tuning.yaml").write_text(f"""
 schema_version: 1
 measurement: {{warmup: 0, iterations: 2, repeats: 2, timeout_s: 30, settle: false}}
-switch_groups: {{g: "-a=[0|1] -b=[x|y|z]"}}
+switch_groups: {{g: "{group}"}}
 strategies: {{s: {{mode: full, confirm: false}}}}
 tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-4}}]}}}}
 defaults: {{backend: replay, switch_group: g, strategy: s, tolerance: t}}
 models: {{m: {{path: {land}, shapes: {{p: {{x: [1]}}}}}}}}
 """)
-    result = apply(open_project(tmp_path / "tuning.yaml"))
+    return tmp_path / "tuning.yaml"
+
+
+def test_model_landscape_replays_through_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trt_routes.project import open_project
+    from trt_routes.tune.apply import apply
+
+    result = apply(open_project(replay_project(tmp_path, monkeypatch, "-a=[0|1] -b=[x|y|z]")))
     assert result.exit_code == 0, [o.error for o in result.outcomes]
     with open_project(tmp_path / "tuning.yaml").open_cache() as cache:
         trials = cache.all_trials()
@@ -175,19 +180,7 @@ def test_explain_shows_what_a_winner_s_changes_are_worth_from_the_routes_nearest
 
     from trt_routes.cli.app import app
 
-    land = tmp_path / "m.json"
-    land.write_text(json.dumps(model()))
-    monkeypatch.setenv(ENV_VAR, str(land))
-    (tmp_path / "tuning.yaml").write_text(f"""
-schema_version: 1
-measurement: {{warmup: 0, iterations: 2, repeats: 2, timeout_s: 30, settle: false}}
-switch_groups: {{g: "-a=[0|1] -c=[0|1] -d=[0|1]"}}
-strategies: {{s: {{mode: full, confirm: false}}}}
-tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-4}}]}}}}
-defaults: {{backend: replay, switch_group: g, strategy: s, tolerance: t}}
-models: {{m: {{path: {land}, shapes: {{p: {{x: [1]}}}}}}}}
-""")
-    manifest = ["-m", str(tmp_path / "tuning.yaml")]
+    manifest = ["-m", str(replay_project(tmp_path, monkeypatch, "-a=[0|1] -c=[0|1] -d=[0|1]"))]
     assert CliRunner().invoke(app, ["apply", *manifest]).exit_code == 0
     out = CliRunner().invoke(app, ["explain", "m/p/cpu", *manifest], terminal_width=200).output
     head = out.index("What the winner's 2 changes are worth")
