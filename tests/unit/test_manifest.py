@@ -324,6 +324,17 @@ def test_duplicate_key_nested(tmp_path: Path) -> None:
     assert err.hint is not None and "remove one" in err.hint
 
 
+@pytest.mark.parametrize("second", ["{x: [1, 4]}", "{x: {min: [1, 4], opt: [1, 4], max: [1, 4]}}"])
+def test_two_shape_profiles_with_the_same_inputs_are_refused(tmp_path: Path, second: str) -> None:
+    # trials are keyed by inputs, so both jobs would share every trial (a replayed landscape@2 times each
+    # shape with the profile of its name: the second would silently reuse the first one's times)
+    err = fail(tmp_path, MINIMAL + f"      bs1b: {second}\n")
+    assert_at(err, 14, 7)  # the shapes mapping
+    assert "shape profiles 'bs1' and 'bs1b' give the same inputs" in err.message
+    assert "remove 'bs1b' or change its dimensions" in err.message
+    load_manifest(write(tmp_path, MINIMAL + "      bs2: {x: [2, 4]}\n"))  # other dimensions: two jobs
+
+
 def test_duplicate_key_top_level_and_nested_are_all_reported(tmp_path: Path) -> None:
     text = MINIMAL + "schema_version: 1\n" + "switch_groups: {}\n"
     text = text.replace('  g: "-a=[1|2]"\n', '  g: "-a=[1|2]"\n  g: "-b=[1|2]"\n')

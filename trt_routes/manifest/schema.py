@@ -293,10 +293,17 @@ class Model(ModelDefaults):
 
     @field_validator("shapes")
     @classmethod
-    def _nonempty(cls, v: dict[str, ShapeProfile]) -> dict[str, ShapeProfile]:
+    def _distinct(cls, v: dict[str, ShapeProfile]) -> dict[str, ShapeProfile]:
+        seen: dict[str, str] = {}  # each profile's inputs, as trial keys see them -> its name
         for name, prof in v.items():
             if not prof:
                 raise ValueError(f"shape profile '{name}' names no input")
+            dims = repr(sorted((i, (s.min, s.opt, s.max) if isinstance(s, DimRange) else (s, s, s))
+                               for i, s in prof.items()))
+            if dims in seen:  # trials are keyed by inputs: the two would be one job under two names
+                raise ValueError(f"shape profiles '{seen[dims]}' and '{name}' give the same inputs, so their jobs "
+                                 f"would share every trial: remove '{name}' or change its dimensions")
+            seen[dims] = name
         return v
 
 
