@@ -88,6 +88,29 @@ def test_serving_names_every_provider_option_and_the_snippet_is_python() -> None
     assert served["session_config"] == {"session.disable_cpu_ep_fallback": "1"}
     compile(served["python"], "serving.py", "exec")
     assert "io_binding" in served["python"]  # a CUDA graph needs fixed addresses: the snippet says so
+    assert "enable_fallback=0" in served["python"]  # no silent retry on the CPU in serving either
+
+
+def test_every_session_refuses_onnxruntime_s_silent_retry_on_the_cpu() -> None:
+    # onnxruntime's Python API retries a session that fails on the CUDA provider (at its start or in a run) on
+    # the CPU provider and only prints so; seen on the H200 (bench/RESULTS.md, gpu_search.py). Every session
+    # the backend opens goes through _session, and onnxruntime reads the flag _session passes (it ignores a
+    # keyword it does not know, so the real session's flag is checked)
+    import ast
+    import inspect
+    import warnings
+
+    import onnxruntime as ort
+
+    from trt_routes.backends import onnxruntime_cuda as module
+
+    calls = [n for n in ast.walk(ast.parse(inspect.getsource(module))) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr == "InferenceSession"]
+    assert len(calls) == 1 and [k.arg for k in calls[0].keywords] == ["providers", "enable_fallback"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # without a CUDA provider the session opens on the CPU, with a warning
+        session = module._session(ort, module._tiny_model(), ort.SessionOptions(), {})
+    assert session._enable_fallback is False
 
 
 def test_an_option_the_installed_build_lacks_is_an_error_at_its_position(tmp_path: Path) -> None:

@@ -160,7 +160,7 @@ def probe() -> dict[str, Any]:
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     try:
         with captured_fd2() as lines:
-            session = ort.InferenceSession(_tiny_model(), so, providers=[PROVIDER])
+            session = _session(ort, _tiny_model(), so, {})
     except Exception as exc:
         detail = " ".join(lines[-3:]) if "lines" in locals() else ""
         return {"unavailable": f"the CUDA execution provider cannot run here: {exc} {detail}".strip()}
@@ -201,8 +201,10 @@ class CudaRunner:
     bound on the device (pre-allocated where a CUDA graph needs fixed addresses); each timed iteration
     ends when the GPU has finished (``synchronize_outputs``), and timing holds the GPU's lock."""
 
-    def __init__(self, session: Any, device_id: int, cuda_graph: bool, engine: str, options: dict[str, str]) -> None:
+    def __init__(self, session: Any, device_id: int, cuda_graph: bool, engine: str, options: dict[str, str],
+                 session_options: Any) -> None:
         self.session = session
+        self.session_options = session_options
         self.device_id = device_id
         self.cuda_graph = cuda_graph
         self.engine = engine
@@ -216,7 +218,7 @@ class CudaRunner:
         graph-captured session needs its outputs allocated before its first run)."""
         ort = _ort()
         plain = {**self.options, "enable_cuda_graph": "0"}
-        session = ort.InferenceSession(self.engine, providers=[(PROVIDER, plain)])
+        session = _session(ort, self.engine, self.session_options, plain)  # the same graph as the timed one
         outputs = session.run(self.output_names, feeds)
         return {n: (tuple(o.shape), o.dtype) for n, o in zip(self.output_names, outputs, strict=True)}
 
@@ -342,7 +344,8 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         lines = ["import onnxruntime as ort", "", "ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels",
                  "so = ort.SessionOptions()", f"so.graph_optimization_level = ort.GraphOptimizationLevel.{level}",
                  *(f"so.add_session_config_entry({k!r}, {v!r})" for k, v in config.items()),
-                 f"session = ort.InferenceSession({engine!r}, so, providers=[({PROVIDER!r}, {provider!r})])",
+                 f"session = ort.InferenceSession({engine!r}, so, providers=[({PROVIDER!r}, {provider!r})],",
+                 "                               enable_fallback=0)  # an error, never a silent retry on the CPU",
                  *(["# enable_cuda_graph: run through session.io_binding() with inputs and outputs at fixed "
                     "device addresses"] if provider.get("enable_cuda_graph") == "1" else [])]
         return {"session_options": {"graph_optimization_level": level}, "session_config": config,
@@ -369,7 +372,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         so.optimized_model_filepath = str(engine_path)
         with captured_fd2() as lines:  # on the GPU: the CPU provider lacks most float16 kernels
             try:
-                ort.InferenceSession(source, so, providers=[(PROVIDER, {"device_id": str(_device_id(spec))})])
+                _session(ort, source, so, {"device_id": str(_device_id(spec))})
             except Exception as exc:
                 raise RuntimeError(f"onnxruntime could not optimize {source}: {exc}") from None
         if not engine_path.is_file() or engine_path.stat().st_size == 0:
@@ -389,7 +392,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         so = self._session_options(values)
         try:
             with captured_fd2():
-                ort.InferenceSession(engine, so, providers=[(PROVIDER, self._provider_options(values))])
+                _session(ort, engine, so, self._provider_options(values))
         except Exception as exc:
             raise RuntimeError(f"the CUDA execution provider does not take the whole graph with this route "
                                f"(CPU fallback is disabled): {exc}\n{self._cpu_nodes(engine, values)}") from None
@@ -402,7 +405,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         so.log_severity_level = 0
         with captured_fd2() as lines:
             try:
-                ort.InferenceSession(engine, so, providers=[(PROVIDER, self._provider_options(values))])
+                _session(ort, engine, so, self._provider_options(values))
             except Exception as exc:
                 return f"(and with fallback allowed it fails too: {exc})"
         start = next((i for i, line in enumerate(lines) if "placed on [CPUExecutionProvider]" in line), None)
@@ -422,10 +425,10 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         options = self._provider_options(values)
         device_id = _device_id(spec)
         options_with_device = {**options, "device_id": str(device_id)}
-        session = ort.InferenceSession(str(engine_path), self._session_options(values),
-                                       providers=[(PROVIDER, options_with_device)])
+        so = self._session_options(values)
+        session = _session(ort, str(engine_path), so, options_with_device)
         return CudaRunner(session, device_id, options.get("enable_cuda_graph") == "1", str(engine_path),
-                          options_with_device)
+                          options_with_device, so)
 
     def profile(self, engine_path: Path, spec: BuildSpec, feeds: Feeds) -> LayerProfile:
         """ORT's profiler with the route's options, CUDA graph capture off (a replayed graph records no node):
@@ -435,7 +438,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         ort, values = _cuda_ort(), self._route(spec.route)
         options = {**self._provider_options(values), "device_id": str(_device_id(spec)), "enable_cuda_graph": "0"}
         profile = profile_session(
-            lambda so: ort.InferenceSession(str(engine_path), so, providers=[(PROVIDER, options)]),
+            lambda so: _session(ort, str(engine_path), so, options),
             self._session_options(values), feeds, backend=self.name, route=route_text(spec.route))
         return dataclasses.replace(profile, note="node times are host launch times on the CUDA provider"
                                    + ("; CUDA graph off while profiled" if values.get("-enable_cuda_graph") == "1"
@@ -451,6 +454,14 @@ def _ort_version() -> str:
         return str(_ort().__version__)
     except ImportError:
         return "absent"
+
+
+def _session(ort: Any, model: str | bytes, so: Any, options: Mapping[str, str]) -> Any:
+    """A session on the CUDA provider alone. Without ``enable_fallback=0`` onnxruntime's Python API retries a
+    session that fails to start, or a run that fails on the provider, on the CPU provider, and only prints so:
+    a CPU session's times, outputs or optimized graph would be taken for the CUDA provider's. Seen on the H200
+    (``bench/RESULTS.md``, gpu_search.py): a cuDNN failure in a float16 run, retried on the CPU."""
+    return ort.InferenceSession(model, so, providers=[(PROVIDER, dict(options))], enable_fallback=0)
 
 
 def _cuda_ort() -> Any:
