@@ -217,3 +217,27 @@ def test_builds_a_step_cannot_use_go_to_the_groups_left_unscreened() -> None:
         assert len(known) == budget
         best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
         assert route_dict(best).get("-k06") == "1" and land.status(best) == "ok"
+
+
+def test_another_value_of_a_knob_the_incumbent_moved_is_screened_in_place_of_the_value_taken() -> None:
+    """BERT on the H200's CUDA EP (bench/RESULTS.md, gpu_search.py run 2), as a model: the level knob's
+    ``extended`` changes nothing alone and gains 18% beside float16; its ``disabled`` gains 1% and comes in with
+    a faster group. Before this, no other value of a knob the incumbent had moved was ever screened, so no budget
+    up to the scan's found ``extended``. It is now screened last, in place of ``disabled``."""
+    catalog = [("-precision", ["fp32", "fp16"]), ("-level", ["disabled", "basic", "extended", "all"]),
+               ("-nhwc", ["0", "1"]), ("-graph", ["0", "1"]), ("-tf32", ["1", "0"]),
+               ("-algo", ["EXHAUSTIVE", "HEURISTIC", "DEFAULT"]), *((f"-k{i}", ["0", "1"]) for i in range(7))]
+    land = validate_model({
+        "format": "trt-routes/landscape@2",
+        "knobs": [{"option": o, "values": v, "default": v[-1] if o == "-level" else v[0]} for o, v in catalog],
+        "failures": [{"when": {"-k4": "1"}, "status": "build-error"}],
+        "profiles": {"p": {"base_ms": 3.3, "effects": {"-precision": {"fp16": -0.25}, "-graph": {"1": -0.2},
+                                                       "-level": {"disabled": -0.01}, "-nhwc": {"1": -0.005}},
+                           "interactions": [{"when": {"-level": "extended", "-precision": "fp16"}, "log": -0.2}]}}})
+    expr = parse_expression(land.expression_text(), land.catalog)
+    inner = make_search("adaptive", expr, land.catalog, budget=16)
+    assert isinstance(inner, AdaptiveSearch) and inner.grouped
+    known = drive(JobSearch(inner, (), frozenset(), 16, None), land)
+    assert len(known) <= 16
+    best = min((r for r, o in known.items() if o.ok), key=lambda r: known[r].median_ms or 0.0)
+    assert {"-precision": "fp16", "-graph": "1", "-level": "extended"}.items() <= route_dict(best).items()

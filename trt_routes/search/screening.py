@@ -19,7 +19,9 @@ stopped search resumes. Its steps, each one batch that builds side by side:
    groups of ``SECOND_SIZE`` (they built successfully before, so these groups rarely fail), as many as the
    budget pays for: a knob that helps only beside a gain found in step 1 shows now. The groups are
    interleaved (``interleave``): a gain masked by a loss in its first group meets other units. After them come
-   the groups step 1 left unscreened when its share ran out (the halves of failed groups).
+   the groups step 1 left unscreened when its share ran out (the halves of failed groups), and last the other
+   values of knobs the incumbent moved, each in place of the value taken (a level knob's ``extended`` that
+   helps only beside float16, when its ``disabled`` came in with a faster group: BERT on the H200).
 3. **Drop passengers** (the last ``DROP_SHARE`` of the budget): for each group taken whole, the incumbent
    without one half, then without the other; a half whose removal costs nothing is dropped, a half whose
    removal costs is split again. The drops of one step are checked together by one build.
@@ -156,8 +158,12 @@ class _Run:
         return self.s.route_of({**self.inc, **dict(group)})
 
     def moved(self) -> set[str]:
-        """Knobs the incumbent sets differently from the centre (their other values are not screened)."""
+        """Knobs the incumbent sets differently from the centre."""
         return {o for o in {*self.inc, *self.s.centre} if self.inc.get(o) != self.s.centre.get(o)}
+
+    def new(self, units: Iterable[Unit]) -> list[Unit]:
+        """``units`` the incumbent does not hold (a value of a knob it moved replaces the value taken)."""
+        return [u for u in units if self.inc.get(u[0]) != u[1]]
 
     def run(self) -> None:
         budget = self.s.budget
@@ -166,8 +172,11 @@ class _Run:
         self.screen(first, min(limit, math.floor(budget * SCREEN_SHARE)))
         moved, neutral = self.moved(), set(self.neutral)
         again = [u for u in self.s.units if u in neutral and u[0] not in moved]  # in screening order
-        # after them, what the first step left unscreened (many failed groups' halves, a failed centre)
-        queue = deque([*split_by_knob(interleave(again, SECOND_SIZE), SECOND_SIZE), *first])
+        # after them, what the first step left unscreened (many failed groups' halves, a failed centre), then
+        # the other values of moved knobs, in place of the value taken
+        replacing = self.new(u for u in self.s.units if u in neutral and u[0] in moved)
+        queue = deque([*split_by_knob(interleave(again, SECOND_SIZE), SECOND_SIZE), *first,
+                       *split_by_knob(replacing, SECOND_SIZE)])
         self.screen(queue, limit)
         self.drop_passengers()
         self.screen(queue, budget)  # what the earlier steps left of the budget
@@ -182,9 +191,8 @@ class _Run:
     def screen(self, queue: deque[list[Unit]], cap: int) -> None:
         while queue and self.ask.used < cap:
             batch: list[list[Unit]] = []
-            moved = self.moved()  # the incumbent changes between batches only
-            while queue and self.ask.used + len(batch) < cap:
-                group = [u for u in queue.popleft() if u[0] not in moved]
+            while queue and self.ask.used + len(batch) < cap:  # the incumbent changes between batches only
+                group = self.new(queue.popleft())
                 if group:
                     batch.append(group)
             if not batch:
