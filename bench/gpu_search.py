@@ -9,10 +9,6 @@ process (``--rounds`` rounds, the order rotated). Each winner's speedup is the m
 winner; its share is that speedup's log over the reference's.
 
     python bench/gpu_search.py [--models resnet50,bert-base] [--budget 12] [--rounds 8] [--out results.json]
-                               [--work DIR]
-
-``--work DIR`` keeps the projects and their caches there: run again after a cut-off (a device call's time limit),
-each ``apply`` resumes from its cache, and searches that finished build nothing.
 """
 
 from __future__ import annotations
@@ -77,7 +73,7 @@ def search_model(model: str, budget: int, rounds: int, iters: int, work: Path) -
     job = None
     for name in SEARCHES:
         project_dir = work / model / name.replace(", ", "-").replace(" ", "-")
-        project_dir.mkdir(parents=True, exist_ok=True)
+        project_dir.mkdir(parents=True)
         (project_dir / "tuning.yaml").write_text(yaml.safe_dump(manifest(model, onnx, group,
                                                                          strategy(name, budget))))
         result = apply(open_project(project_dir / "tuning.yaml"))
@@ -130,13 +126,11 @@ def main() -> None:
                         help="a multiple of the routes timed (4) puts each in each place equally often")
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--work", type=Path, help="keep the projects here (default: a temporary folder)")
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory() as scratch:
-        work = args.work or Path(scratch)
+    with tempfile.TemporaryDirectory() as work:
         for model in args.models.split(","):
-            rows.append(search_model(model, args.budget, args.rounds, args.iters, work))
+            rows.append(search_model(model, args.budget, args.rounds, args.iters, Path(work)))
             if args.out:
                 args.out.write_text(json.dumps(rows, indent=2) + "\n")
     from trt_routes.signature import cpu_fields

@@ -3,8 +3,6 @@
 # onnxruntime-gpu over (../shared/device/big-wheel.sh split onnxruntime-gpu==1.31.1; carry .whl, .dev/wheel/pN,
 # .dev/wheel/run, as for onnx_gpu_session.sh).
 #   bash bench/device/gpu_search.sh MODEL [BUDGET]    its table in $OUT/MODEL.txt, its rows in $OUT/MODEL.json
-# The projects live in /tmp/gpu-search: a call cut off at its time limit, made again back to back, resumes each
-# search from its cache (a BERT-sized model's three searches take more than one call).
 set -u
 model=$1; budget=${2:-12}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -13,7 +11,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 { nvidia-smi -L; python3 --version; nproc
   python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"; } > "$OUT/env.txt" 2>&1
-timeout 560 python3 bench/gpu_search.py --models "$model" --budget "$budget" --out "$OUT/$model.json" --work /tmp/gpu-search \
+timeout 560 python3 bench/gpu_search.py --models "$model" --budget "$budget" --out "$OUT/$model.json" \
   > "$OUT/$model.txt" 2> "$OUT/$model-stderr.txt"
 echo "== exit $?" >> "$OUT/$model.txt"
 grep -v "No registered plugin EP" "$OUT/$model-stderr.txt" | tail -40 > "$OUT/$model-err.txt"; rm "$OUT/$model-stderr.txt"

@@ -174,7 +174,7 @@ class _Run:
         again = [u for u in self.s.units if u in neutral and u[0] not in moved]  # in screening order
         # after them, what the first step left unscreened (many failed groups' halves, a failed centre), then
         # the other values of moved knobs, in place of the value taken
-        replacing = self.new(u for u in self.s.units if u in neutral and u[0] in moved)
+        replacing = [u for u in self.s.units if u in neutral and u[0] in moved]
         queue = deque([*split_by_knob(interleave(again, SECOND_SIZE), SECOND_SIZE), *first,
                        *split_by_knob(replacing, SECOND_SIZE)])
         self.screen(queue, limit)
@@ -191,7 +191,7 @@ class _Run:
     def screen(self, queue: deque[list[Unit]], cap: int) -> None:
         while queue and self.ask.used < cap:
             batch: list[list[Unit]] = []
-            while queue and self.ask.used + len(batch) < cap:  # the incumbent changes between batches only
+            while queue and self.ask.used + len(batch) < cap:
                 group = self.new(queue.popleft())
                 if group:
                     batch.append(group)
