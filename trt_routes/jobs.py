@@ -37,7 +37,7 @@ from trt_routes.manifest.schema import (
     Tolerance,
     job_name,
 )
-from trt_routes.routes import DEFAULT_ROUTE, Expression, parse_expression, parse_route
+from trt_routes.routes import DEFAULT_ROUTE, Expression, count_text, parse_expression, parse_route
 from trt_routes.routes import canonical as canonical_route
 from trt_routes.signature import Environment, Signature, job_signature
 
@@ -338,7 +338,7 @@ class Resolver:
             where: tuple[str, ...] = ("strategies", strategy_name) if strategy_name in \
                 self.loaded.manifest.strategies else ("switch_groups", group)
             raise self.loaded.error(
-                where, f"strategy '{strategy_name}' (mode full) would build every one of {size:.3g} routes of "
+                where, f"strategy '{strategy_name}' (mode full) would build every one of {count_text(size)} routes of "
                 f"switch group '{group}' (more than {FULL_LIMIT:,})",
                 "set max_builds or max_minutes on the strategy, or use mode adaptive (it fits its budget)")
 

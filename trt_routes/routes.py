@@ -5,11 +5,12 @@ An expression pins some knobs and varies others over lists; a route is one concr
 from __future__ import annotations
 
 __all__ = [
-    "DEFAULT_ROUTE", "Expression", "Token", "canonical", "describe", "parse_expression", "parse_route",
-    "route_dict", "validate_expression",
+    "DEFAULT_ROUTE", "Expression", "Token", "canonical", "count_text", "describe", "parse_expression",
+    "parse_route", "route_dict", "validate_expression",
 ]
 
 import difflib
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,18 @@ _TOKEN_START = re.compile(r"-[^\s=\[\]|]+=")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _RANGE = re.compile(r"([+-]?[0-9]{1,10})\.\.([+-]?[0-9]{1,10})")
 _MAX_RANGE_HINT = 16
+
+
+def count_text(n: int) -> str:
+    """A count of routes or builds as a reader takes it in: ``1,638``, or ``1.87e+477`` once it has more than
+    seven digits (a 1,000-knob group's product has hundreds; a float cannot hold it and its digits are noise)."""
+    if n < 10_000_000:
+        return f"{n:,}"
+    exp = int((n.bit_length() - 1) * math.log10(2))  # digits - 1, or one less: settled with integers below
+    while 10 ** (exp + 1) <= n:
+        exp += 1
+    lead = n // 10 ** (exp - 2)  # the first three digits
+    return f"{lead // 100}.{lead % 100:02d}e+{exp}"
 
 
 @dataclass(frozen=True)

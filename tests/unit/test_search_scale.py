@@ -5,6 +5,7 @@ every mode answers (listing a bounded batch)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -43,12 +44,12 @@ def test_mixed_phase_2_over_many_positive_knobs_is_bounded() -> None:
     assert 0 < len(batch) <= CHUNK and not set(batch) & set(known)
 
 
-def _project(tmp_path: Path, strategy: dict[str, object]) -> Path:
+def _project(tmp_path: Path, strategy: dict[str, object], knobs: int = 200) -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from make_trt_landscapes import make
 
     land = tmp_path / "trt.json"
-    land.write_text(json.dumps(make(3, 200)))
+    land.write_text(json.dumps(make(3, knobs)))
     group = " ".join(f"{k['option']}=[{'|'.join(k['values'])}]" for k in json.loads(land.read_text())["knobs"])
     (tmp_path / "tuning.yaml").write_text(
         "schema_version: 1\n"
@@ -68,6 +69,22 @@ def test_full_without_budget_over_200_knobs_is_refused_at_validate_with_the_coun
     code, out = cli("validate", "-m", str(tmp_path / "tuning.yaml"))
     assert code != 0 and "tuning.yaml:3" in out and "mode full" in out and "e+" in out and "max_builds" in out
     assert "Traceback" not in out
+
+
+def test_a_1000_knob_group_s_counts_are_written_short_and_full_without_budget_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,000 knobs: the product has ~400 digits, more than a float holds. ``full`` is refused with the count
+    (it raised OverflowError, a traceback, before), and ``mixed``'s plan bounds its builds in a few characters."""
+    from _project import cli, edit_manifest
+
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(_project(tmp_path, {"mode": "full"}, knobs=1000)))
+    code, out = cli("plan", "-m", str(tmp_path / "tuning.yaml"))
+    assert code != 0 and "Traceback" not in out and "tuning.yaml:3" in out
+    assert re.search(r"every one of \d\.\d\de\+\d{3} routes", out), out[:2000]
+    edit_manifest(tmp_path / "tuning.yaml", lambda m: m["strategies"]["s"].update(mode="mixed"))
+    code, out = cli("plan", "-m", str(tmp_path / "tuning.yaml"))
+    assert code == 0 and re.search(r"at most \d\.\d\de\+\d{3} in all\.", out), out[-2000:]
+    assert not re.search(r"\d{12}", out)  # no number spelled out in hundreds of digits
 
 
 @pytest.mark.parametrize("strategy", [{"mode": "fast"}, {"mode": "mixed"}, {"mode": "adaptive"},

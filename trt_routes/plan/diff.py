@@ -23,7 +23,7 @@ from trt_routes.manifest.schema import Check, Tolerance
 from trt_routes.plan.advice import no_eligible_advice
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project
-from trt_routes.routes import describe
+from trt_routes.routes import count_text, describe
 from trt_routes.search import Outcome, cached_search, make_search
 from trt_routes.search.job import JobSearch, avoid_sentence, job_search, selection_key, warm_sources
 from trt_routes.selection.final import describe_requests, final_selection
@@ -327,8 +327,8 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         bound = build_bound(job, search, known, batch)
         minutes = job.strategy.max_minutes
         if bound > len(batch):
-            reasons.append(f"{len(batch)} build(s) now, at most {bound} in all ({job.strategy.mode}: later steps "
-                           "depend on what these measure)")
+            reasons.append(f"{len(batch)} build(s) now, at most {count_text(bound)} in all ({job.strategy.mode}: "
+                           "later steps depend on what these measure)")
         if minutes:  # builds that take minutes (Inductor's autotuning presets) end the search before the count
             reasons.append(f"max_minutes {minutes:g}: the search stops once its builds have taken that long, "
                            "whatever the count")

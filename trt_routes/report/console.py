@@ -24,7 +24,7 @@ from trt_routes.jobs import Job, PlanAction
 from trt_routes.lockfile import LockEntry, LockTiming
 from trt_routes.plan.diff import Plan
 from trt_routes.report.progress import EtaColumn, TrialClock, clock_text
-from trt_routes.routes import describe
+from trt_routes.routes import count_text, describe
 from trt_routes.selection.rank import gate
 from trt_routes.tune.outcome import ApplyResult, JobOutcome
 
@@ -117,7 +117,8 @@ def render_plan(plan: Plan, console: Console) -> None:
         console.print("Nothing to do here: every other job is up to date." if plan.blocked or skipped
                       else "Nothing to do: every job is up to date.")
     elif plan.at_most > plan.builds:
-        console.print(f"{plan.builds} build(s) to run now; the searches may add more, at most {plan.at_most} in all.")
+        console.print(f"{plan.builds} build(s) to run now; the searches may add more, "
+                      f"at most {count_text(plan.at_most)} in all.")
     else:
         console.print(f"{plan.builds} build(s) to run now.")
 
@@ -236,7 +237,7 @@ class PlainReporter:
         took = f" in {seconds:.1f} s" if seconds is not None else ""
         # a search may add builds: count against its bound, never a total that moves
         count = (f"{self.done}/{self.total}" if self.at_most <= self.total
-                 else f"{self.done} of at most {max(self.at_most, self.done)}")
+                 else f"{self.done} of at most {count_text(max(self.at_most, self.done))}")
         self.console.print(f"  [{count}] {job.name} "
                            f"{describe(trial.route)}: {status}{extra}{took}, "
                            f"eta {clock_text(self.clock.remaining())}", markup=False, highlight=False)
