@@ -8,7 +8,6 @@ __all__ = ["Job", "find_job", "resolve_jobs"]
 
 import difflib
 import fnmatch
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from trt_routes.manifest.schema import (
     Tolerance,
     job_name,
 )
-from trt_routes.routes import DEFAULT_ROUTE, Expression, count_text, parse_expression, parse_route
+from trt_routes.routes import DEFAULT_ROUTE, Expression, count_text, parse_expression, parse_route, product_size
 from trt_routes.routes import canonical as canonical_route
 from trt_routes.signature import Environment, Signature, job_signature
 
@@ -333,7 +332,7 @@ class Resolver:
         pointing at the strategy, with the route count."""
         if expression is None or strategy.mode != "full" or strategy.max_builds or strategy.max_minutes:
             return
-        size = math.prod(len(t.values) for t in expression.varied)
+        size = product_size(expression.varied)
         if size > FULL_LIMIT:
             where: tuple[str, ...] = ("strategies", strategy_name) if strategy_name in \
                 self.loaded.manifest.strategies else ("switch_groups", group)

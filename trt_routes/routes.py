@@ -6,13 +6,13 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_ROUTE", "Expression", "Token", "canonical", "count_text", "describe", "parse_expression",
-    "parse_route", "route_dict", "validate_expression",
+    "parse_route", "product_size", "route_dict", "validate_expression",
 ]
 
 import difflib
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from trt_routes.catalog import Catalog, Knob
@@ -37,6 +37,11 @@ def count_text(n: int) -> str:
         exp += 1
     lead = n // 10 ** (exp - 2)  # the first three digits
     return f"{lead // 100}.{lead % 100:02d}e+{exp}"
+
+
+def product_size(tokens: Sequence[Token]) -> int:
+    """How many routes the product of the tokens' lists holds (before duplicates are merged)."""
+    return math.prod(len(t.values) for t in tokens)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ It builds nothing and writes nothing. Every job gets one action and the reasons 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from trt_routes.manifest.schema import Check, Tolerance
 from trt_routes.plan.advice import no_eligible_advice
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project
-from trt_routes.routes import count_text, describe
+from trt_routes.routes import count_text, describe, product_size
 from trt_routes.search import Outcome, cached_search, make_search
 from trt_routes.search.job import JobSearch, avoid_sentence, job_search, selection_key, warm_sources
 from trt_routes.selection.final import describe_requests, final_selection
@@ -198,7 +197,7 @@ def build_bound(job: Job, search: JobSearch, known: Mapping[str, Outcome], batch
     if search.static:
         left = len((set(search.candidates(known)) | set(batch)) - set(known))
     else:
-        size = math.prod(len(t.values) for t in job.expression.varied)
+        size = product_size(job.expression.varied)
         if size <= SPACE_LISTED:
             space = set(make_search("full", job.expression, job.catalog).candidates({}))
             left = len((space | set(search.warm) | set(batch)) - set(known))

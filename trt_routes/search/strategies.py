@@ -11,22 +11,16 @@ measured so far plus the next ``CHUNK`` unmeasured ones, so a budget cuts it bef
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator, Mapping, Sequence
 
 from trt_routes.catalog import Catalog
-from trt_routes.routes import Expression, Token, canonical
+from trt_routes.routes import Expression, Token, canonical, product_size
 from trt_routes.search.base import Outcome, Search, unique
 
 #: Products up to this many routes are listed whole (and the strategy is static); larger ones lazily.
 LIST_LIMIT = 20_000
 #: Unmeasured routes of a lazily walked product listed at a time.
 CHUNK = 1024
-
-
-def product_size(tokens: Sequence[Token]) -> int:
-    """How many routes the product of the tokens' lists holds (before duplicates are merged)."""
-    return math.prod(len(t.values) for t in tokens)
 
 
 class _Routes:
