@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from trt_routes.catalog import Catalog, Knob
 from trt_routes.errors import RouteError
@@ -28,15 +29,9 @@ _MAX_RANGE_HINT = 16
 
 
 def count_text(n: int) -> str:
-    """A count of routes or builds as a reader takes it in: ``1,638``, or ``1.87e+477`` once it has more than
-    seven digits (a 1,000-knob group's product has hundreds; a float cannot hold it and its digits are noise)."""
-    if n < 10_000_000:
-        return f"{n:,}"
-    exp = int((n.bit_length() - 1) * math.log10(2))  # digits - 1, or one less: settled with integers below
-    while 10 ** (exp + 1) <= n:
-        exp += 1
-    lead = n // 10 ** (exp - 2)  # the first three digits
-    return f"{lead // 100}.{lead % 100:02d}e+{exp}"
+    """A count of routes or builds as a reader takes it in: ``1,638``, or ``1.32e+477`` once it has more than
+    seven digits (a 1,000-knob group's product has hundreds: a float cannot hold it, a ``Decimal`` can)."""
+    return f"{n:,}" if n < 10_000_000 else f"{Decimal(n):.2e}"
 
 
 def product_size(tokens: Sequence[Token]) -> int:
