@@ -5,12 +5,7 @@
 #   bash bench/device/gpu_search.sh MODEL [BUDGET]    its table in $OUT/MODEL.txt, its rows in $OUT/MODEL.json
 set -u
 model=$1; budget=${2:-12}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-# the image's own onnxruntime (CPU) imports too: test for the GPU build's provider library itself
-[ -f /tmp/site/onnxruntime/capi/libonnxruntime_providers_cuda.so ] || bash .dev/wheel/run/assemble.sh || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{ nvidia-smi -L; python3 --version; nproc
-  python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"; } > "$OUT/env.txt" 2>&1
+source bench/device/ort_gpu.sh
 timeout 560 python3 bench/gpu_search.py --models "$model" --budget "$budget" --out "$OUT/$model.json" \
   > "$OUT/$model.txt" 2> "$OUT/$model-stderr.txt"
 echo "== exit $?" >> "$OUT/$model.txt"

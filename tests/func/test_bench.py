@@ -396,6 +396,23 @@ def test_gpu_search_runs_each_search_on_the_cuda_ep_and_times_its_winner(tmp_pat
     assert all(int(builds) <= 8 for _, builds, _ in rows[:2]) and all(float(up) > 0 for _, _, up in rows), out
 
 
+@pytest.mark.gpu
+def test_gpu_routes_times_each_named_route_against_the_default(tmp_path: Path) -> None:
+    """bench/gpu_routes.py: the default and each named route built on the CUDA EP and timed side by side."""
+    needs_gpu()
+    pytest.importorskip("torchvision")
+    from trt_routes.backends import registry
+
+    if registry.get("onnxruntime-cuda").unavailable_reason() is not None:
+        pytest.skip("no usable CUDA execution provider here")
+    out = bench("gpu_routes.py", "--model", "resnet50", "--route", "fp16=-precision=fp16", "--rounds", "2",
+                "--iters", "5", cwd=tmp_path, timeout=900)
+    rows = re.findall(r"^\| (\w+): `([^`]+)` \| ([\d.]+) \| ([\d.]+)x \|$", out, re.M)
+    assert [(label, route) for label, route, _, _ in rows] == [("default", "the default"),
+                                                              ("fp16", "-precision=fp16")], out
+    assert rows[0][3] == "1.00" and all(float(ms) > 0 for _, _, ms, _ in rows), out
+
+
 def test_search_scale_bounds_prints_a_row_per_hidden_kind(tmp_path: Path) -> None:
     """--bounds: one row per set of hidden interaction kinds, each a regret against the model's best route."""
     out = bench("search_scale.py", "--bounds", "--seeds", "1", "--knobs", "30", cwd=tmp_path)
