@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    for r in args.route:
+        if "=" not in r or r.split("=", 1)[0] in ("", "default"):
+            parser.error(f"--route takes LABEL=ROUTE with a label of its own (not 'default'): {r!r}")
     sys.path.insert(0, str(RECIPE))
     import make_models  # the recipe's exporter
 
