@@ -378,6 +378,28 @@ def test_search_scale_prints_its_table(tmp_path: Path) -> None:
     assert rows["cold, max_minutes 180 (3-minute builds)"][2:4] == rows["cold@60"][2:4], out  # the same 60 builds
 
 
+def test_search_foreign_prints_a_row_per_kind_and_case(tmp_path: Path) -> None:
+    """bench/search_foreign.py on one seed of 30-knob models: every kind of model is a valid landscape@2 file and
+    gets a row per case, its regret a positive number."""
+    out = bench("search_foreign.py", "--seeds", "1", "--knobs", "30", cwd=tmp_path)
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith("| ")][1:]
+    kinds = ("laplace", "fewbig", "manysmall", "pairfails", "helpers")
+    assert {(r[0], r[1].split("@")[0]) for r in rows} == {(k, m) for k in kinds for m in ("adaptive", "fast")}, out
+    assert len(rows) == 4 * len(kinds) and all(float(r[3]) > 0 for r in rows), out
+
+
+def test_search_foreign_models_are_seeded_and_valid() -> None:
+    """The same kind and seed give the same model (the table can be reproduced); each reads as landscape@2."""
+    sys.path.insert(0, str(BENCH))
+    from search_foreign import KINDS, model
+
+    from trt_routes.backends.landscape_model import validate_model
+
+    for kind in KINDS:
+        assert model(kind, 3, 40) == model(kind, 3, 40) != model(kind, 4, 40)
+        assert len(validate_model(model(kind, 3, 40)).catalog.knobs) == 40
+
+
 @pytest.mark.gpu
 def test_gpu_search_runs_each_search_on_the_cuda_ep_and_times_its_winner(tmp_path: Path) -> None:
     """bench/gpu_search.py (issue 30 on a real GPU compiler): ResNet-50 exported by torchvision, every knob of
