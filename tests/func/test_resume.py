@@ -69,3 +69,51 @@ def test_kill_9_then_resume(tmp_path: Path, tiny_models: dict[str, Path]) -> Non
     assert sorted(Lockfile.read(lock_path).jobs) == ["cnn/bs1/cpu", "cnn/bs4/cpu"]
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+MANIFEST = """schema_version: 1
+measurement: {{warmup: 0, iterations: 20, repeats: 5, settle: false}}
+switch_groups: {{g: "{group}"}}
+strategies: {{s: {{mode: {mode}, max_builds: {budget}}}}}
+tolerances: {{t: {{checks: [{{metric: cos, threshold: 1.0e-4}}]}}}}
+defaults: {{backend: replay, switch_group: g, strategy: s, tolerance: t}}
+models: {{m: {{path: {model}, shapes: {{a: {{x: [1]}}}}}}}}
+"""
+
+
+@pytest.mark.slow  # kills a real apply mid-run: timing-dependent
+@pytest.mark.parametrize("mode", ["fast", "mixed", "full"])
+def test_a_search_killed_mid_run_resumes_with_what_is_left_of_its_budget(
+        tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``max_builds`` is kept across applies, an interrupted one too: the second apply builds what the first left
+    of the budget (it built the whole budget again before: 310 trials for ``max_builds: 200``)."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from make_trt_landscapes import make
+
+    from trt_routes.backends.landscape_model import validate_model
+
+    data = make(3, 200)
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps(data))
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(model))
+    budget = 240
+    manifest = tmp_path / "tuning.yaml"
+    manifest.write_text(MANIFEST.format(group=validate_model(data).expression_text(), mode=mode, budget=budget,
+                                        model=model))
+    db = tmp_path / "caches" / "trials.sqlite"
+    proc = subprocess.Popen(apply_cmd(manifest), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while count_trials(db) < 40 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    assert proc.poll() is None, "apply finished before it could be killed: raise the budget"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    before = count_trials(db)
+    assert 40 <= before < budget
+
+    done = subprocess.run(apply_cmd(manifest), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert count_trials(db) == budget, (before, done.stdout)
+    assert f"Built {budget - before} trial(s)" in done.stdout

@@ -8,7 +8,7 @@ exactly what ``apply`` would and is empty after it; raising the budget lets a st
 
 from __future__ import annotations
 
-__all__ = ["JobSearch", "finish_search", "job_search", "selection_key"]
+__all__ = ["JobSearch", "finish_search", "job_search", "save_progress", "selection_key"]
 
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -233,6 +233,15 @@ def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping
     state = "budget" if search.unfinished(known) else "complete"
     side_tables.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), state,
                                  search.builds(known), round(search.seconds(), 3), avoid=list(search.avoid))
+
+
+def save_progress(cache: CacheStore, job: Job, search: JobSearch, routes: Collection[str]) -> None:
+    """Record what the search has spent so far, as each trial is stored: an apply stopped mid-search (Ctrl-C,
+    ``kill -9``) resumes with what is left of ``max_builds`` and ``max_minutes``, not with all of it again
+    (the trials it left are known then, so they no longer count as new builds)."""
+    spent = search.spent_builds + sum(1 for r in routes if r not in search.initial)
+    side_tables.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), "running",
+                                 spent, round(search.seconds(), 3), avoid=list(search.avoid))
 
 
 def search_note(search: Search, known: Mapping[str, Outcome]) -> str | None:

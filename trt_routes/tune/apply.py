@@ -27,7 +27,7 @@ from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcome
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.search import Search
-from trt_routes.search.job import JobSearch, finish_search, job_search
+from trt_routes.search.job import JobSearch, finish_search, job_search, save_progress
 from trt_routes.selection.confirm import Request
 from trt_routes.selection.final import final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
@@ -205,6 +205,8 @@ class Applier:
                 continue
             tuning.built += 1
             tuning.fresh = True
+            if isinstance(tuning.search, JobSearch):
+                save_progress(self.cache, tuning.job, tuning.search, tuning.trials)
 
     def overlaps(self, job: Job, active: list[JobRun]) -> bool:
         """``job`` may start beside the ``active`` ones: the same target, and a worker free for it."""
