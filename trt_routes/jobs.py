@@ -384,7 +384,11 @@ class Resolver:
                     ref_shas = (din, dout)
             strategy_name, strategy = m.strategy_for(mname)
             tol_name = eff.tolerance or ""
-            catalog = backend.catalog() if isinstance(backend, Backend) else None
+            try:
+                catalog = backend.catalog() if isinstance(backend, Backend) else None
+            except SettingError as exc:  # the backend's catalog is read from a file the model names (replay)
+                raise self.loaded.error(("models", mname, "path"), f"model '{mname}': {exc.message}", exc.hint) \
+                    from None
             expression = (self.expression(eff.switch_group or "", catalog, mname)
                           if catalog is not None else None)
             self.check_full_size(strategy_name, strategy, eff.switch_group or "", expression)
@@ -427,7 +431,7 @@ class Resolver:
                         check_spec = BuildSpec(
                             model_path=str(path), route={}, profile=profile, settings=dict(eff.settings),
                             target={"name": tname, **target.model_dump(), "device": hardware or {}},
-                            entry=model.entry or "", inputs=inputs)
+                            entry=model.entry or "", inputs=inputs, shape=sname)
                         self.check_job(backend, mname, check_spec, expression, eff.switch_group or "")
                         if catalog is not None:
                             choices = self.baseline(backend, mname, eff.baseline, check_spec, catalog)

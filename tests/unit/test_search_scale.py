@@ -173,3 +173,43 @@ def test_failed_values_travel_with_the_search_state_in_a_bundle(tmp_path: Path,
     with open_project(other / "tuning.yaml").open_cache() as cache:
         got = side_tables.search_state(cache, avoided[0]["group_key"], avoided[0]["strategy_key"])
     assert got is not None and got["avoid"] == avoided[0]["avoid"] and got["warm"] == avoided[0]["warm"]
+
+
+def test_a_wrong_landscape_file_is_the_manifest_s_error_with_its_line_not_a_missing_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A landscape that is there but wrong (a bad field, no profile for a shape, another file than the one
+    ``$TRT_ROUTES_LANDSCAPE`` names) fails validate at the model's ``path`` line (exit 2); before, the job read as
+    "cannot run here" (validate ok, apply exit 3 with an install hint), and a missing profile passed validate and
+    spent apply's whole budget on build errors. Unset, the backend cannot run here, as before."""
+    from _project import cli, edit_manifest
+
+    land = _project(tmp_path, {"mode": "adaptive", "max_builds": 8}, knobs=30)
+    manifest = tmp_path / "tuning.yaml"
+    data = json.loads(land.read_text())
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(land))
+    assert cli("validate", "-m", str(manifest))[0] == 0
+
+    bad = tmp_path / "bad.json"  # a file of its own: a process reads each landscape once
+    bad.write_text(json.dumps({**data, "profiles": {"a": {**data["profiles"]["a"], "base_ms": -2.0}}}))
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(bad))
+    edit_manifest(manifest, lambda m: m["models"]["m"].update(path=str(bad)))
+    code, out = cli("validate", "-m", str(manifest))
+    assert code == 2 and re.search(r"tuning.yaml:\d+:\d+", out), out
+    assert "profiles.a.base_ms" in out and "install" not in out, out
+
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(land))
+    edit_manifest(manifest, lambda m: m["models"]["m"].update(path=str(land)))
+    edit_manifest(manifest, lambda m: m["models"]["m"]["shapes"].update(c={"x": [2]}))
+    code, out = cli("validate", "-m", str(manifest))
+    assert code == 2 and "no profile named 'c'" in out and "Traceback" not in out, out
+
+    edit_manifest(manifest, lambda m: m["models"]["m"]["shapes"].pop("c"))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**data, "profiles": {"a": {**data["profiles"]["a"], "base_ms": 3.0}}}))
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(other))
+    code, out = cli("validate", "-m", str(manifest))
+    assert code == 2 and "is not the landscape TRT_ROUTES_LANDSCAPE names" in out, out
+
+    monkeypatch.delenv("TRT_ROUTES_LANDSCAPE")
+    code, out = cli("plan", "-m", str(manifest))
+    assert code == 0 and "blocked" in out and "TRT_ROUTES_LANDSCAPE" in out, out

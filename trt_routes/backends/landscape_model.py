@@ -260,7 +260,7 @@ def _semantic_checks(model: ModelFile, landscape: ModelLandscape) -> None:
 
 def validate_model(data: Mapping[str, Any], source: str = "<memory>") -> ModelLandscape:
     """Check a ``landscape@2`` file's JSON; raises UsageError naming ``source`` and the field's path."""
-    hint = "see trt_routes/backends/landscape_model.py for the format"
+    hint = "see docs/search-at-scale.md (Generative landscapes) for the format"
     try:
         model = ModelFile.model_validate(data)
     except ValidationError as exc:

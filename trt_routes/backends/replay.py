@@ -15,13 +15,13 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from trt_routes.backends.base import Backend, BuildSpec, Feeds
+from trt_routes.backends.base import Backend, BuildSpec, Feeds, SettingError
 from trt_routes.backends.landscape import Landscape, LandscapeRoute, load_any, route_seed
 from trt_routes.backends.landscape_model import ModelLandscape
 from trt_routes.catalog import Catalog
@@ -153,14 +153,41 @@ class ReplayBackend(Backend):
 
     # -- coordinator side -------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
-        try:
-            self.landscape()
-        except TrtRoutesError as exc:
-            return exc.message
+        """Unset or missing: the backend cannot run here. A file that is there but wrong is the manifest's error
+        (``catalog``, ``check_job``), not a missing install."""
+        path = os.environ.get(ENV_VAR, "")
+        if not path:
+            return f"the replay backend needs {ENV_VAR}"
+        if not os.path.isfile(path):
+            return f"{ENV_VAR}={path}: no such file"
         return None
 
+    def _checked(self, path: str | None = None) -> Landscape | ModelLandscape:
+        try:
+            return self.landscape(path)
+        except TrtRoutesError as exc:
+            raise SettingError(None, exc.message, exc.hint or "fix the landscape file (docs/search-at-scale.md)") \
+                from None
+
     def catalog(self) -> Catalog:
-        return self.landscape().catalog
+        return self._checked().catalog
+
+    def check_job(self, spec: BuildSpec, options: Sequence[str]) -> None:
+        """The model's landscape file reads, is the one ``$TRT_ROUTES_LANDSCAPE`` names (the catalog and the
+        signature come from that one), and a ``landscape@2`` model has a profile for the job's shape."""
+        if not spec.model_path.endswith(".json"):
+            return
+        land = self._checked(spec.model_path)
+        if land.digest != self._checked().digest:
+            raise SettingError(None, f"{spec.model_path} is not the landscape {ENV_VAR} names "
+                               f"({os.environ.get(ENV_VAR)}): the catalog would come from one, the trials from "
+                               "the other",
+                               f"point {ENV_VAR} and the model's path at the same file")
+        if isinstance(land, ModelLandscape):
+            try:
+                land.profile_name(spec.shape)
+            except TrtRoutesError as exc:
+                raise SettingError(None, exc.message, exc.hint) from None
 
     def reported_facts(self, target: Mapping[str, Any]) -> frozenset[str]:
         """The facts the landscape records for every ok route (replayed wherever it runs)."""
