@@ -78,14 +78,18 @@ def _profile_change(path: list[str], value: Any) -> dict[str, Any]:
     (_profile_change(["profiles", "p", "effects"], {"-a": {"2": 0.1}}), "profiles.p.effects.-a: value '2'"),
     (_profile_change(["profiles", "p", "noise"], {"trial": -1}), "profiles.p.noise.trial"),
     (_profile_change(["profiles", "p", "interactions"], [{"when": {"-b": "w"}, "log": 1}]),
-     "profiles.p.interactions[0].when.-b: value 'w'"),
+     "profiles.p.interactions.0.when.-b: value 'w'"),
     (_profile_change(["profiles", "p", "clip"], [{"options": ["-c"], "limit": 1}, {"options": ["-c"], "limit": 1}]),
-     "profiles.p.clip[1].options: '-c' is in more than one"),
+     "profiles.p.clip.1.options: '-c' is in more than one"),
     (_profile_change(["profiles", "p", "optimum"], {"route": "-b=y -a=1", "ms": 1.0}), "write it as '-a=1 -b=y'"),
-    (model(failures=[{"when": {"-q": "1"}, "status": "crashed"}]), "failures[0].when.-q: unknown knob"),
+    (model(failures=[{"when": {"-q": "1"}, "status": "crashed"}]), "failures.0.when.-q: unknown knob"),
     (model(failures=[{"when": {"-a": "1"}, "status": "slow"}]), "failures.0.status"),
     (model(knobs=[{"option": "-a", "values": ["0", "1"], "default": "2"}], profiles={"p": {"base_ms": 1}}),
-     "knobs[0].default: '2' is not one of"),
+     "knobs.0.default: '2' is not one of"),
+    # times a float cannot hold (apply then drew NaN and report failed with an OverflowError traceback)
+    (_profile_change(["profiles", "p", "base_ms"], 1e308), "profiles.p: its routes' times could run from"),
+    (_profile_change(["profiles", "p", "effects"], {"-a": {"1": 700}}), "between 1e-06 and 1e+09 ms"),
+    (_profile_change(["profiles", "p", "interactions"], [{"when": {"-b": "y"}, "log": -40}]), "profiles.p: its"),
 ])
 def test_invalid_files_name_the_field(data: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError) as err:

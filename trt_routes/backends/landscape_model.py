@@ -221,14 +221,14 @@ def _semantic_checks(model: ModelFile, landscape: ModelLandscape) -> None:
     knobs: dict[str, ModelKnob] = {}
     for i, k in enumerate(model.knobs):
         if k.option in knobs:
-            raise ValueError(f"knobs[{i}].option: '{k.option}' appears twice")
+            raise ValueError(f"knobs.{i}.option: '{k.option}' appears twice")
         if len(set(k.values)) != len(k.values):
-            raise ValueError(f"knobs[{i}].values: values of {k.option} repeat")
+            raise ValueError(f"knobs.{i}.values: values of {k.option} repeat")
         if k.default not in k.values:
-            raise ValueError(f"knobs[{i}].default: '{k.default}' is not one of {k.values}")
+            raise ValueError(f"knobs.{i}.default: '{k.default}' is not one of {k.values}")
         knobs[k.option] = k
     for i, f in enumerate(model.failures):
-        _check_assign(f"failures[{i}].when", f.when, knobs)
+        _check_assign(f"failures.{i}.when", f.when, knobs)
     for name, p in model.profiles.items():
         at = f"profiles.{name}"
         for option, values in p.effects.items():
@@ -238,15 +238,20 @@ def _semantic_checks(model: ModelFile, landscape: ModelLandscape) -> None:
                 if not math.isfinite(log):
                     raise ValueError(f"{at}.effects.{option}.{value}: not a finite number")
         for i, inter in enumerate(p.interactions):
-            _check_assign(f"{at}.interactions[{i}].when", inter.when, knobs)
+            _check_assign(f"{at}.interactions.{i}.when", inter.when, knobs)
         seen: set[str] = set()
         for i, c in enumerate(p.clip):
             for option in c.options:
                 if option not in knobs:
-                    raise ValueError(f"{at}.clip[{i}].options: unknown knob '{option}'")
+                    raise ValueError(f"{at}.clip.{i}.options: unknown knob '{option}'")
                 if option in seen:
-                    raise ValueError(f"{at}.clip[{i}].options: '{option}' is in more than one clip entry")
+                    raise ValueError(f"{at}.clip.{i}.options: '{option}' is in more than one clip entry")
                 seen.add(option)
+        low, high = _log_range(p, knobs)
+        fastest, slowest = p.base_ms * math.exp(max(low, -700.0)), p.base_ms * math.exp(min(high, 700.0))
+        if fastest < MIN_MS or slowest > MAX_MS:
+            raise ValueError(f"{at}: its routes' times could run from {fastest:.3g} to {slowest:.3g} ms; base_ms "
+                             f"and the effects must keep every route between {MIN_MS:g} and {MAX_MS:g} ms")
         if p.optimum is not None:
             try:
                 assign = route_dict(p.optimum.route)
@@ -256,6 +261,27 @@ def _semantic_checks(model: ModelFile, landscape: ModelLandscape) -> None:
                 raise ValueError(f"{at}.optimum.route '{p.optimum.route}': {exc.message}") from None
             if canon_route != p.optimum.route:
                 raise ValueError(f"{at}.optimum.route: write it as '{canon_route}' (canonical)")
+
+
+#: The times a model may give (ms): a route's time must be a finite positive float, whatever its values.
+MIN_MS, MAX_MS = 1e-6, 1e9
+
+
+def _log_range(p: Profile, knobs: Mapping[str, ModelKnob]) -> tuple[float, float]:
+    """Bounds on a route's log time factor: each unclipped knob's lowest and highest value effect, each clip
+    entry's limit, every interaction that lowers or raises the time."""
+    clipped = {o for c in p.clip for o in c.options}
+    low = high = 0.0
+    for option, knob in knobs.items():
+        if option in clipped:
+            continue
+        logs = [p.effects.get(option, {}).get(v, 0.0) for v in knob.values]
+        low, high = low + min(logs), high + max(logs)
+    for c in p.clip:
+        low, high = low - c.limit, high + c.limit
+    for inter in p.interactions:
+        low, high = low + min(inter.log, 0.0), high + max(inter.log, 0.0)
+    return low, high
 
 
 def validate_model(data: Mapping[str, Any], source: str = "<memory>") -> ModelLandscape:
