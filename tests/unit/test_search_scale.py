@@ -213,3 +213,35 @@ def test_a_wrong_landscape_file_is_the_manifest_s_error_with_its_line_not_a_miss
     monkeypatch.delenv("TRT_ROUTES_LANDSCAPE")
     code, out = cli("plan", "-m", str(manifest))
     assert code == 0 and "blocked" in out and "TRT_ROUTES_LANDSCAPE" in out, out
+
+
+def test_a_search_taking_priors_starts_after_the_related_job_this_apply_decides_and_plan_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shapes a and b of one model tuned in one apply on two workers: b's search takes a's winner as a prior,
+    whichever worker is free first. Before, b started beside a (a free worker), cold, while plan had said
+    nothing of a; on one worker it ran after a and was warm: the priors depended on the scheduling."""
+    from _project import cli, edit_manifest
+
+    from trt_routes.cache import side_tables
+    from trt_routes.project import open_project
+    from trt_routes.search.job import strategy_key
+    from trt_routes.tune.apply import apply
+
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(_project(tmp_path, {"mode": "adaptive", "max_builds": 24})))
+    manifest = tmp_path / "tuning.yaml"
+    edit_manifest(manifest, lambda m: (m["models"]["m"]["shapes"].update(b={"x": [2]}),
+                                       m.update(execution={"workers": 2})))
+    code, out = cli("plan", "--json", "-m", str(manifest))
+    assert code == 0, out
+    reasons = {j["job"]: " ".join(j["reasons"]) for j in json.loads(out)["jobs"]}
+    assert "starts after m/a/cpu, decided earlier in this apply" in reasons["m/b/cpu"], reasons
+    assert "starts after" not in reasons["m/a/cpu"]
+
+    assert apply(open_project(manifest)).exit_code == 0
+    project = open_project(manifest)
+    won = project.read_lock().jobs["m/a/cpu"].route
+    assert won  # not the default route: there is a prior to take
+    job_b = next(j for j in project.jobs if j.name == "m/b/cpu")
+    with project.open_cache() as cache:
+        row = side_tables.search_state(cache, job_b.group_key, strategy_key(job_b))
+    assert row is not None and won in row["warm"], (won, row)

@@ -24,7 +24,8 @@ from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project
 from trt_routes.routes import count_text, describe, product_size
 from trt_routes.search import Outcome, cached_search, make_search
-from trt_routes.search.job import JobSearch, avoid_sentence, job_search, selection_key, warm_sources
+from trt_routes.search.job import JobSearch, avoid_sentence, job_search, selection_key, takes_priors, warm_sources
+from trt_routes.search.priors import related_names
 from trt_routes.selection.final import describe_requests, final_selection
 from trt_routes.selection.rank import DEFAULT_ROUTE, LossLookup, gate, trial_facts
 
@@ -458,8 +459,24 @@ def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
         return memo[0]
 
     settled = Settled(cache, jobs, lock, root, winners) if Settled.enabled() else None
-    return Plan(jobs=[plan_job(j, cache, lock, root, lookup, winners, settled) for j in jobs],
+    return Plan(jobs=waits_for([plan_job(j, cache, lock, root, lookup, winners, settled) for j in jobs], cache),
                 removed=sorted(set(lock.jobs) - names))
+
+
+def waits_for(plans: list[JobPlan], cache: CacheStore) -> list[JobPlan]:
+    """A search that takes related jobs' winners as priors starts after the related jobs this apply decides
+    before it (``Applier.overlaps``): their winners are not known yet, so the plan names them."""
+    out: list[JobPlan] = []
+    for jp in plans:
+        job = jp.job
+        earlier = [p.job.name for p in out if p.action in (PlanAction.TUNE, PlanAction.RESELECT)]
+        if jp.action == PlanAction.TUNE and job.expression is not None and \
+                (first := related_names(job.name, job.model, job.target, earlier)) and takes_priors(cache, job):
+            shown = ", ".join(first[:3]) + (", ..." if len(first) > 3 else "")
+            jp = replace(jp, reasons=(*jp.reasons, f"starts after {shown}, decided earlier in this apply, and takes "
+                                      "their winners as priors too"))
+        out.append(jp)
+    return out
 
 
 def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list[str] | None = None) -> Plan:

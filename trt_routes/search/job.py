@@ -8,7 +8,7 @@ exactly what ``apply`` would and is empty after it; raising the budget lets a st
 
 from __future__ import annotations
 
-__all__ = ["JobSearch", "finish_search", "job_search", "save_progress", "selection_key"]
+__all__ = ["JobSearch", "finish_search", "job_search", "save_progress", "selection_key", "takes_priors"]
 
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -49,6 +49,13 @@ def selection_key(job: Job) -> str:
     if job.objective is not None:
         parts["objective"] = job.objective.model_dump()
     return canonical.digest(parts if len(parts) > 1 else rule, 16)
+
+
+def takes_priors(cache: CacheStore, job: Job) -> bool:
+    """``job``'s search has not started and will read related jobs' winners as it starts (``adaptive`` with
+    ``warm_start``): apply starts it after the related jobs it runs, and plan says so (``waits_for``)."""
+    return job.strategy.mode == "adaptive" and bool(job.strategy.warm_start) and \
+        side_tables.search_state(cache, job.group_key, strategy_key(job)) is None
 
 
 def related_winners(cache: CacheStore, job: Job, limit: int = MAX_WARM,

@@ -27,7 +27,8 @@ from trt_routes.plan.diff import JobPlan, Plan, compute_plan, make_plan, outcome
 from trt_routes.plan.settled import Settled
 from trt_routes.project import LossLookupFromBlobs, Project, exclusive
 from trt_routes.search import Search
-from trt_routes.search.job import JobSearch, finish_search, job_search, save_progress
+from trt_routes.search.job import JobSearch, finish_search, job_search, save_progress, takes_priors
+from trt_routes.search.priors import related_names
 from trt_routes.selection.confirm import Request
 from trt_routes.selection.final import final_selection, select_for_job
 from trt_routes.selection.rank import DEFAULT_ROUTE, Selection
@@ -119,7 +120,8 @@ class Applier:
 
         1. Jobs start in plan order. The next job starts while others run only when every running job
            has the very same target (a CPU job never shares the host with GPU compilations it did not
-           share before) and the executor has a free worker for it; with one worker nothing overlaps.
+           share before) and the executor has a free worker for it; with one worker nothing overlaps. A
+           search that takes related jobs' winners as priors waits for the related jobs running (``overlaps``).
         2. Free workers go to running jobs first, in plan order; a job gets the rest only when the
            running ones have what they want in flight (a search's last trials, a step's results it must
            wait for, a reference being computed). A job starting submits its reference run, unless its
@@ -209,7 +211,12 @@ class Applier:
                 save_progress(self.cache, tuning.job, tuning.search, tuning.trials)
 
     def overlaps(self, job: Job, active: list[JobRun]) -> bool:
-        """``job`` may start beside the ``active`` ones: the same target, and a worker free for it."""
+        """``job`` may start beside the ``active`` ones: the same target, a worker free for it, and none of them
+        a related job whose winner its search would take as a prior (it starts once they are decided, so its
+        priors do not depend on which finishes first, and are those plan named)."""
+        if takes_priors(self.cache, job) and related_names(job.name, job.model, job.target,
+                                                           [t.job.name for t in active]):
+            return False
         return all(t.job.target_data == job.target_data for t in active) and \
             self.executor.free_slots(job.target_data) > 0
 
