@@ -75,6 +75,24 @@ def test_export_import_round_trip_builds_nothing(tuned: Path, exported: Path, tm
     assert {b["kind"] for b in head["blobs"].values()} >= {"engine", "outputs", "reference"}
 
 
+def test_a_bundle_without_engines_the_plan_says_each_winner_is_built_again(tuned: Path, tmp_path: Path) -> None:
+    """Trials imported without their engines: plan reselects with no search, and says that the winners'
+    engines are built again, as apply then does (the plan said "no builds", and apply built them)."""
+    path = tmp_path / "bare.tar.gz"
+    assert runner.invoke(app, ["cache", "export", str(path), "-m", str(tuned)]).exit_code == 0
+    c = fresh_clone(tuned, tmp_path / "c")
+    (c.parent / "tuning.lock").unlink()  # another team's project: the trials, not the lock (with it: materialize)
+    assert runner.invoke(app, ["cache", "import", str(path), "-m", str(c)]).exit_code == 0
+    result = runner.invoke(app, ["plan", "--json", "-m", str(c)])
+    plans = json.loads(result.output)["jobs"]
+    gone = [j["job"] for j in plans if any("is not in the blob store" in r for r in j["reasons"])]
+    assert gone and all(j["action"] == "reselect" and not j["to_build"] for j in plans), plans
+    applied = apply(machine(c))
+    # at most one build a job: the jobs' engines can be the same bytes (one rebuild serves both)
+    assert applied.exit_code == 0 and 1 <= applied.built <= len(gone), (applied.built, gone)
+    assert json.loads(runner.invoke(app, ["plan", "--json", "-m", str(c)]).output)["jobs"][0]["action"] == "up-to-date"
+
+
 # -- hostile bundles ---------------------------------------------------------------------------------
 Members = list[tuple[tarfile.TarInfo, bytes]]
 

@@ -15,7 +15,7 @@ from trt_routes.cache.store import CacheStore, TrialRecord
 from trt_routes.errors import Exit
 from trt_routes.evidence import TrialStatus
 from trt_routes.evidence.facts import batch_of
-from trt_routes.files.artifacts import file_digest
+from trt_routes.files.artifacts import BlobStore, file_digest
 from trt_routes.jobs import Job, PlanAction
 from trt_routes.lockfile import LockEntry, Lockfile
 from trt_routes.manifest.schema import Check, Tolerance
@@ -250,7 +250,7 @@ def stale_reasons(job: Job, old: dict[str, Any], old_signature: dict[str, str] |
 def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
              lookup: LossLookup | None = None,
              winners: Callable[[], Mapping[str, str]] | None = None,
-             settled: Settled | None = None) -> JobPlan:
+             settled: Settled | None = None, store: BlobStore | None = None) -> JobPlan:
     """``winners``: the related jobs' winners, read once per plan (``make_plan``). ``settled``: plans apply
     found up to date, by the fingerprint of their inputs (``plan.settled``)."""
     if job.blocked:
@@ -262,7 +262,7 @@ def plan_job(job: Job, cache: CacheStore, lock: Lockfile, root: Path,
                        from_settled=True)
     counted = _Counted(lookup)
     warned = len(cache.warnings)
-    plan, decided = _plan_job(job, cache, entry, root, counted if lookup is not None else None, winners)
+    plan, decided = _plan_job(job, cache, entry, root, counted if lookup is not None else None, winners, store)
     # not settled: a plan that read a loss off the artifact store (it can be collected) or met a corrupt row
     if decided and settled is not None and not counted.calls and len(cache.warnings) == warned:
         plan = replace(plan, settle=settled.fingerprint(job))
@@ -281,7 +281,8 @@ class _Counted:
 
 
 def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, lookup: LossLookup | None,
-              winners: Callable[[], Mapping[str, str]] | None) -> tuple[JobPlan, bool]:
+              winners: Callable[[], Mapping[str, str]] | None,
+              store: BlobStore | None = None) -> tuple[JobPlan, bool]:
     """``plan_job`` in full, and whether it found nothing left to do but perhaps the engine (such a plan may
     be settled)."""
     assert job.expression is not None and job.catalog is not None
@@ -341,8 +342,10 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         if sel.winner is None:
             advice = no_eligible_advice(job.name, job.tolerance_name, trials, cands)
             return JobPlan(job, PlanAction.RESELECT, (advice,), (), reused, None, cands), False
-        return JobPlan(job, PlanAction.RESELECT, (f"every route is cached ({len(cands)}): select and lock, no builds",
-                                         *([describe_requests(requests)] if requests else [])),
+        gone = _engine_gone(trials, sel.winner, store)
+        return JobPlan(job, PlanAction.RESELECT, (f"every route is cached ({len(cands)}): select and lock"
+                                                  f"{', no builds' if not gone else ''}",
+                                                  *([describe_requests(requests)] if requests else []), *gone),
                        (), reused, None, cands), False
     reasons = []
     if entry.group_key != job.group_key:
@@ -367,8 +370,20 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         reasons.append(f"winner changed: {describe(entry.route or '')} -> "
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
-        return JobPlan(job, PlanAction.RESELECT, ("reselect: " + "; ".join(reasons),), (), reused, None, cands), False
+        return JobPlan(job, PlanAction.RESELECT, ("reselect: " + "; ".join(reasons),
+                                                  *_engine_gone(trials, sel.winner, store)),
+                       (), reused, None, cands), False
     return _engine_check(job, entry, root, reused, cands), True
+
+
+def _engine_gone(trials: Mapping[str, TrialRecord], winner: str | None, store: BlobStore | None) -> tuple[str, ...]:
+    """A reselection's winner whose engine the blob store lacks (its trial imported from a bundle without
+    engines) is built again by apply: the plan says so."""
+    trial = trials.get(winner) if winner is not None else None
+    if store is None or trial is None or not trial.engine_sha256 or store.has(trial.engine_sha256):
+        return ()
+    return (f"the engine of the winner, {describe(trial.route)}, is not in the blob store (its trial came without "
+            "it): apply fetches it from a cache remote or builds it again (one build at most)",)
 
 
 def _objective_text(name: str | None, rank: str | None, limits: dict[str, Any] | None) -> str:
@@ -448,7 +463,7 @@ def _engine_check(job: Job, entry: LockEntry, root: Path, reused: int,
 
 
 def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
-              lookup: LossLookup | None = None) -> Plan:
+              lookup: LossLookup | None = None, store: BlobStore | None = None) -> Plan:
     """The plan for every job; lock entries of jobs no longer in the manifest are listed as removed."""
     names = {j.name for j in jobs}
     memo: list[Mapping[str, str]] = []
@@ -459,7 +474,8 @@ def make_plan(jobs: list[Job], cache: CacheStore, lock: Lockfile, root: Path,
         return memo[0]
 
     settled = Settled(cache, jobs, lock, root, winners) if Settled.enabled() else None
-    return Plan(jobs=waits_for([plan_job(j, cache, lock, root, lookup, winners, settled) for j in jobs], cache),
+    return Plan(jobs=waits_for([plan_job(j, cache, lock, root, lookup, winners, settled, store) for j in jobs],
+                               cache),
                 removed=sorted(set(lock.jobs) - names))
 
 
@@ -483,7 +499,7 @@ def compute_plan(project: Project, cache: CacheStore, lock: Lockfile, only: list
     """The plan of ``project``'s jobs (those matching ``only``), losses a trial did not store computed from
     its stored outputs."""
     jobs = project.select_jobs(only)
-    plan = make_plan(jobs, cache, lock, project.root, LossLookupFromBlobs(cache, project.store))
+    plan = make_plan(jobs, cache, lock, project.root, LossLookupFromBlobs(cache, project.store), project.store)
     if only:
         plan.removed = []  # a filtered run never drops other jobs' lock entries
     return plan
