@@ -36,7 +36,15 @@ from trt_routes.manifest.schema import (
     Tolerance,
     job_name,
 )
-from trt_routes.routes import DEFAULT_ROUTE, Expression, count_text, parse_expression, parse_route, product_size
+from trt_routes.routes import (
+    DEFAULT_ROUTE,
+    UNBOUNDED_LIMIT,
+    Expression,
+    count_text,
+    parse_expression,
+    parse_route,
+    product_size,
+)
 from trt_routes.routes import canonical as canonical_route
 from trt_routes.signature import Environment, Signature, job_signature
 
@@ -59,7 +67,7 @@ class PlanAction(StrEnum):
 
 
 #: Mode ``full`` without max_builds or max_minutes over more routes than this is refused (``check_full_size``).
-FULL_LIMIT = 1_000_000
+FULL_LIMIT = UNBOUNDED_LIMIT
 
 
 @dataclass(frozen=True)

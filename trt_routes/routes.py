@@ -5,8 +5,8 @@ An expression pins some knobs and varies others over lists; a route is one concr
 from __future__ import annotations
 
 __all__ = [
-    "DEFAULT_ROUTE", "Expression", "Token", "canonical", "count_text", "describe", "parse_expression",
-    "parse_route", "product_size", "route_dict", "validate_expression",
+    "DEFAULT_ROUTE", "UNBOUNDED_LIMIT", "Expression", "Token", "canonical", "count_text", "describe",
+    "parse_expression", "parse_route", "product_size", "route_dict", "validate_expression",
 ]
 
 import difflib
@@ -32,6 +32,11 @@ def count_text(n: int) -> str:
     """A count of routes or builds as a reader takes it in: ``1,638``, or ``1.32e+477`` once it has more than
     seven digits (a 1,000-knob group's product has hundreds: a float cannot hold it, a ``Decimal`` can)."""
     return f"{n:,}" if n < 10_000_000 else f"{Decimal(n):.2e}"
+
+
+#: Without max_builds or max_minutes, a product of more routes than this cannot be walked to its end: ``full``
+#: over such a group is refused when the manifest is read, ``mixed``'s phase 2 over such a product is left out.
+UNBOUNDED_LIMIT = 1_000_000
 
 
 def product_size(tokens: Sequence[Token]) -> int:

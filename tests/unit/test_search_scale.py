@@ -245,3 +245,29 @@ def test_a_search_taking_priors_starts_after_the_related_job_this_apply_decides_
     with project.open_cache() as cache:
         row = side_tables.search_state(cache, job_b.group_key, strategy_key(job_b))
     assert row is not None and won in row["warm"], (won, row)
+
+
+def test_mixed_without_a_budget_leaves_out_a_phase_2_that_would_never_end_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """60 knobs: noise makes dozens of one-knob routes beat the default, so phase 2's product is past a billion
+    routes. Without a budget apply walked it for ever (1,487 builds in 60 s on 200 knobs, and counting); now it
+    ends after the scan, and explain says why. With ``max_builds`` phase 2 is walked, in trtexec's order, up to
+    the budget."""
+    from _project import cli, edit_manifest
+
+    from trt_routes.project import open_project
+    from trt_routes.tune.apply import apply
+
+    land = _project(tmp_path, {"mode": "mixed"}, knobs=60)
+    monkeypatch.setenv("TRT_ROUTES_LANDSCAPE", str(land))
+    manifest = tmp_path / "tuning.yaml"
+    scan = 1 + sum(len(k["values"]) - 1 for k in json.loads(land.read_text())["knobs"])  # default + one-knob
+    result = apply(open_project(manifest))
+    assert result.exit_code == 0 and result.built == scan, (result.built, scan)
+    code, out = cli("explain", "m/a/cpu", "-m", str(manifest))
+    assert code == 0 and "Phase 2 of mode mixed was left out" in " ".join(out.split()), out
+    assert cli("plan", "--check", "-m", str(manifest))[0] == 0
+
+    edit_manifest(manifest, lambda m: m["strategies"]["s"].update(max_builds=scan + 40))
+    result = apply(open_project(manifest))
+    assert result.exit_code == 0 and result.built == 40, result.built  # phase 2, cut at the budget

@@ -62,6 +62,8 @@ def decision(job: Job, cache: CacheStore, sel: Selection, pending: Sequence[Requ
     notes: list[str] = []
     if search is not None and (budget := search_note(search, known)):
         notes.append(f"The {budget}.")
+    if search is not None and (left := search.note(known)):
+        notes.append(f"{left}.")
     if isinstance(search, JobSearch) and search.warm:
         notes.append("Warm start (priors): the search began with related jobs' winners: "
                      + "; ".join(warm_sources(cache, job, search.warm)) + ".")

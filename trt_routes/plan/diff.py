@@ -343,9 +343,11 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
             advice = no_eligible_advice(job.name, job.tolerance_name, trials, cands)
             return JobPlan(job, PlanAction.RESELECT, (advice,), (), reused, None, cands), False
         gone = _engine_gone(trials, sel.winner, store)
+        left = [note] if (note := search.note(known)) else []
         return JobPlan(job, PlanAction.RESELECT, (f"every route is cached ({len(cands)}): select and lock"
                                                   f"{', no builds' if not gone else ''}",
-                                                  *([describe_requests(requests)] if requests else []), *gone),
+                                                  *([describe_requests(requests)] if requests else []), *left,
+                                                  *gone),
                        (), reused, None, cands), False
     reasons = []
     if entry.group_key != job.group_key:

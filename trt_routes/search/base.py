@@ -60,6 +60,10 @@ class Search(ABC):
         """A sentence about work that cannot be listed yet, or None."""
         return None
 
+    def note(self, known: Mapping[str, Outcome]) -> str | None:
+        """A sentence for plan and explain about work the strategy left out, or None."""
+        return None
+
 
 def unique(routes: Iterable[str]) -> list[str]:
     """Routes in first-seen order, each once."""

@@ -196,6 +196,9 @@ class JobSearch(Search):
     def pending(self, known: Mapping[str, Outcome]) -> str | None:
         return None if self.exhausted(known) else self.inner.pending(known)
 
+    def note(self, known: Mapping[str, Outcome]) -> str | None:
+        return self.inner.note(known)
+
     def unfinished(self, known: Mapping[str, Outcome]) -> bool:
         """The strategy wanted more than the budget allowed (a build estimated past ``max_minutes``
         included: ``next_batch`` finds it)."""
@@ -222,10 +225,10 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
     if running and row is None:
         side_tables.put_search_state(cache, job.group_key, key, job.name, list(warm), "running", 0, 0.0,
                                      avoid=list(avoid))
-    adaptive = job.strategy.mode == "adaptive"
+    budgeted = job.strategy.mode in ("adaptive", "mixed")  # the budget shapes what these propose
     inner = cached_search(job.strategy.mode, job.expression, job.catalog, warm, job.strategy.min_gain,
-                          job.strategy.max_builds if adaptive else None, avoid,
-                          job.strategy.max_minutes if adaptive else None)
+                          job.strategy.max_builds if budgeted else None, avoid,
+                          job.strategy.max_minutes if budgeted else None)
     catalog = job.catalog
     search = JobSearch(inner, warm, frozenset(known), job.strategy.max_builds, job.strategy.max_minutes,
                        int(row["builds"] or 0) if row else 0,

@@ -33,7 +33,7 @@ def make_search(mode: str, expr: Expression, catalog: Catalog, *, warm: tuple[st
     ``warm`` (routes that won for related jobs), ``avoid`` (values that failed for them: screened last),
     ``min_gain``, ``budget`` (``max_builds``: group screening when it cannot pay for a one-knob scan) and
     ``minutes`` (``max_minutes``: the same, with the builds it pays for at the baseline's build time) are used
-    by ``adaptive`` only."""
+    by ``adaptive``; ``mixed`` reads only whether either is set (without, a huge phase 2 is left out)."""
     if mode not in MODES:
         close = difflib.get_close_matches(mode, MODES, n=1)
         hint = f"did you mean `{close[0]}`? " if close else ""
@@ -41,6 +41,8 @@ def make_search(mode: str, expr: Expression, catalog: Catalog, *, warm: tuple[st
     validate_expression(expr, catalog)
     if mode == "adaptive":
         return AdaptiveSearch(expr, catalog, warm, min_gain, budget, avoid, minutes)
+    if mode == "mixed":
+        return MixedSearch(expr, catalog, bounded=budget is not None or minutes is not None)
     return _STRATEGIES[mode](expr, catalog)
 
 

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
 from trt_routes.catalog import Catalog
-from trt_routes.routes import Expression, Token, canonical, product_size
+from trt_routes.routes import UNBOUNDED_LIMIT, Expression, Token, canonical, count_text, product_size
 from trt_routes.search.base import Outcome, Search, unique
 
 #: Products up to this many routes are listed whole (and the strategy is static); larger ones lazily.
@@ -104,9 +104,18 @@ class MixedSearch(Search):
     name = "mixed"
     keeps_proposals = True  # phase 2 appears only once phase 1 is complete, and then is static
 
-    def __init__(self, expr: Expression, catalog: Catalog) -> None:
+    def __init__(self, expr: Expression, catalog: Catalog, bounded: bool = False) -> None:
         self._routes = _Routes(expr, catalog)
         self.phase1 = FastSearch(expr, catalog)
+        #: a budget (max_builds or max_minutes) ends phase 2; without one, a product past ``UNBOUNDED_LIMIT``
+        #: is left out (``note``): walking 10^40 routes never ends
+        self.bounded = bounded
+
+    def _phase2_tokens(self, known: Mapping[str, Outcome]) -> list[Token]:
+        if self._missing(known):
+            return []
+        positive = set(self.positives(known))
+        return [t for t in self._routes.varied if t.option in positive] if len(positive) >= 2 else []
 
     def positives(self, known: Mapping[str, Outcome]) -> list[str]:
         """Knobs (in token order) with a one-knob route strictly faster than the baseline."""
@@ -122,15 +131,21 @@ class MixedSearch(Search):
     def phase2(self, known: Mapping[str, Outcome]) -> list[str]:
         """Phase-2 routes (empty until phase 1 is complete, or with fewer than two positive knobs); a
         product of more than ``LIST_LIMIT`` routes is walked lazily (``_Routes.lazy_product``)."""
-        if self._missing(known):
+        tokens = self._phase2_tokens(known)
+        size = product_size(tokens) if tokens else 0
+        if size <= LIST_LIMIT:
+            return self._routes.product(tokens) if tokens else []
+        if size > UNBOUNDED_LIMIT and not self.bounded:
             return []
-        positive = set(self.positives(known))
-        if len(positive) < 2:
-            return []
-        tokens = [t for t in self._routes.varied if t.option in positive]
-        if product_size(tokens) <= LIST_LIMIT:
-            return self._routes.product(tokens)
         return self._routes.lazy_product(tokens, known)
+
+    def note(self, known: Mapping[str, Outcome]) -> str | None:
+        tokens = self._phase2_tokens(known)
+        if self.bounded or not tokens or (size := product_size(tokens)) <= UNBOUNDED_LIMIT:
+            return None
+        return (f"Phase 2 of mode mixed was left out: the {len(tokens)} knobs that beat the baseline make "
+                f"{count_text(size)} routes, more than {UNBOUNDED_LIMIT:,} (it would never end); set max_builds to "
+                "walk part of it in trtexec's order, or use mode adaptive")
 
     def candidates(self, known: Mapping[str, Outcome]) -> list[str]:
         return unique([*self.phase1.routes, *self.phase2(known)])
