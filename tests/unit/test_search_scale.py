@@ -213,6 +213,7 @@ def test_a_wrong_landscape_file_is_the_manifest_s_error_with_its_line_not_a_miss
     monkeypatch.delenv("TRT_ROUTES_LANDSCAPE")
     code, out = cli("plan", "-m", str(manifest))
     assert code == 0 and "blocked" in out and "TRT_ROUTES_LANDSCAPE" in out, out
+    assert "Nothing to do here." in out and "every other job" not in out  # there is no other job
 
 
 def test_a_search_taking_priors_starts_after_the_related_job_this_apply_decides_and_plan_says_so(

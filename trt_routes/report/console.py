@@ -114,8 +114,9 @@ def render_plan(plan: Plan, console: Console) -> None:
         console.print(f"{len(skipped)} job(s) skipped: their target's hardware is not here (another machine runs "
                       "them).")
     if not plan.has_work:
-        console.print("Nothing to do here: every other job is up to date." if plan.blocked or skipped
-                      else "Nothing to do: every job is up to date.")
+        others = len(plan.jobs) - len(plan.blocked) - len(skipped)
+        console.print("Nothing to do: every job is up to date." if not (plan.blocked or skipped) else
+                      "Nothing to do here: every other job is up to date." if others else "Nothing to do here.")
     elif plan.at_most > plan.builds:
         console.print(f"{plan.builds} build(s) to run now; the searches may add more, "
                       f"at most {count_text(plan.at_most)} in all.")
@@ -236,8 +237,9 @@ class PlainReporter:
                 f"; +{len(failed) - 1} more)" if len(failed) > 1 else ")")
         took = f" in {seconds:.1f} s" if seconds is not None else ""
         # a search may add builds: count against its bound, never a total that moves
-        count = (f"{self.done}/{self.total}" if self.at_most <= self.total
-                 else f"{self.done} of at most {count_text(max(self.at_most, self.done))}")
+        count = (f"{self.done} of at most {count_text(max(self.at_most, self.done))}" if self.at_most > self.total
+                 else f"{self.done}/{self.total}" if self.done <= self.total
+                 else str(self.done))  # builds no plan counted (apply --frozen builds the locked routes)
         self.console.print(f"  [{count}] {job.name} "
                            f"{describe(trial.route)}: {status}{extra}{took}, "
                            f"eta {clock_text(self.clock.remaining())}", markup=False, highlight=False)

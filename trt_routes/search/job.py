@@ -83,7 +83,7 @@ def avoid_sentence(avoid: tuple[str, ...]) -> str | None:
     """Plan and explain name the failed values a search screens last."""
     if not avoid:
         return None
-    shown = ", ".join(avoid[:4]) + (", ..." if len(avoid) > 4 else "")
+    shown = ", ".join(avoid[:4]) + (f" and {len(avoid) - 4} more" if len(avoid) > 4 else "")
     return f"{len(avoid)} value(s) that failed for related jobs screened last: {shown}"
 
 
