@@ -34,14 +34,17 @@ def test_full_over_a_huge_group_is_walked_lazily_in_product_order() -> None:
 
 
 def test_mixed_phase_2_over_many_positive_knobs_is_bounded() -> None:
-    search = make_search("mixed", EXPR, CATALOG)
+    search = make_search("mixed", EXPR, CATALOG, budget=100)
     assert isinstance(search, MixedSearch)
     phase1 = search.next_batch({})
     assert len(phase1) == 1 + 2 * N
     # every one-knob route beats the default: phase 2 is the product over all N knobs (3^60 routes)
     known = {r: Outcome(ok=True, median_ms=1.0 if r == "" else 0.9) for r in phase1}
     batch = search.next_batch(known)
-    assert 0 < len(batch) <= CHUNK and not set(batch) & set(known)
+    assert 0 < len(batch) <= CHUNK and not set(batch) & set(known) and search.note(known) is None
+    # without a budget it would never end: left out, and said so
+    unbounded = make_search("mixed", EXPR, CATALOG)
+    assert unbounded.next_batch(known) == [] and "left out" in (unbounded.note(known) or "")
 
 
 def _project(tmp_path: Path, strategy: dict[str, object], knobs: int = 200) -> Path:
