@@ -77,6 +77,7 @@ def _profile_change(path: list[str], value: Any) -> dict[str, Any]:
     (_profile_change(["profiles", "p", "effects"], {"-x": {"1": 0.1}}), "profiles.p.effects.-x: unknown knob"),
     (_profile_change(["profiles", "p", "effects"], {"-a": {"2": 0.1}}), "profiles.p.effects.-a: value '2'"),
     (_profile_change(["profiles", "p", "noise"], {"trial": -1}), "profiles.p.noise.trial"),
+    (_profile_change(["profiles", "p", "noise"], {"run": 400}), "profiles.p.noise.run"),  # drew 0 ms and 1e240
     (_profile_change(["profiles", "p", "interactions"], [{"when": {"-b": "w"}, "log": 1}]),
      "profiles.p.interactions.0.when.-b: value 'w'"),
     (_profile_change(["profiles", "p", "clip"], [{"options": ["-c"], "limit": 1}, {"options": ["-c"], "limit": 1}]),

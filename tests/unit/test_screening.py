@@ -268,3 +268,17 @@ def test_a_passenger_that_slows_the_gain_it_came_with_is_replaced_from_14_builds
     assert chosen[12].get("-level") == "disabled"  # the limit run 5 met, kept visible
     assert chosen[14].get("-level") != "disabled"
     assert {"-precision": "fp16", "-graph": "1"}.items() <= chosen[14].items()
+
+
+def test_a_trial_timed_at_0_ms_is_not_divided_by() -> None:
+    """A median of 0 ms (a landscape with absurd noise drew one) made group screening raise ZeroDivisionError in
+    apply, and in every plan and explain after it: such an outcome teaches nothing and is passed over."""
+    land = landscape()
+    expr = parse_expression(land.expression_text(), land.catalog)
+    inner = make_search("adaptive", expr, land.catalog, budget=20)
+    search = JobSearch(inner, (), frozenset(), 20, None)
+    known: dict[str, Outcome] = {}
+    while batch := search.next_batch(known):
+        for i, route in enumerate(batch):
+            known[route] = Outcome(True, 0.0, 0.0, 0.0) if i == 1 else outcome_of(land, route)
+    assert len(known) <= 20 and inner.candidates(known)

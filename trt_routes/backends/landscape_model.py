@@ -74,9 +74,12 @@ class Clip(_Strict):
 
 
 class Noise(_Strict):
-    trial: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    repeat: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    run: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Standard deviations of log time: at most 1 (a factor of e), far beyond any measurement; larger ones drew
+    times of 0 and 1e240 ms."""
+
+    trial: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+    repeat: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+    run: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
 
 
 class Optimum(_Strict):

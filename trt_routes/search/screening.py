@@ -111,7 +111,7 @@ def _halves(group: list[Unit]) -> list[list[Unit]]:
 
 
 def _ok(outcome: Outcome | None) -> bool:
-    return outcome is not None and outcome.ok and outcome.median_ms is not None
+    return outcome is not None and outcome.ok and outcome.median_ms is not None and outcome.median_ms > 0
 
 
 class GroupScreen:
@@ -204,7 +204,7 @@ class _Run:
             first: list[list[Unit]] = []  # failed the gate yet faster: a gain beside the failing value
             for group, outcome in zip(batch, outcomes, strict=True):
                 ms = outcome.median_ms  # a group that failed the gate was timed too
-                gain = math.log(ref / ms) if ref is not None and ms is not None else None
+                gain = math.log(ref / ms) if ref and ms and ms > 0 else None  # no time, or none to divide by
                 if not _ok(outcome):
                     if len(group) > 1:
                         (first if gain is not None and gain > GAIN else split).extend(_halves(group))
