@@ -87,6 +87,8 @@ def test_a_bundle_without_engines_the_plan_says_each_winner_is_built_again(tuned
     plans = json.loads(result.output)["jobs"]
     gone = [j["job"] for j in plans if any("is not in the blob store" in r for r in j["reasons"])]
     assert gone and all(j["action"] == "reselect" and not j["to_build"] for j in plans), plans
+    text = runner.invoke(app, ["plan", "-m", str(c)]).output
+    assert f"{len(gone)} winner engine(s) missing from the blob store" in " ".join(text.split()), text
     applied = apply(machine(c))
     # at most one build a job: the jobs' engines can be the same bytes (one rebuild serves both)
     assert applied.exit_code == 0 and 1 <= applied.built <= len(gone), (applied.built, gone)

@@ -59,6 +59,8 @@ class JobPlan:
     settle: str | None = None
     #: taken from a settled plan (only the engine was checked)
     from_settled: bool = False
+    #: the winner's engine is not in the blob store: apply fetches it or builds it again (``_engine_gone``)
+    engine_gone: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"job": self.job.name, "action": self.action, "reasons": list(self.reasons),
@@ -92,6 +94,11 @@ class Plan:
     @property
     def builds(self) -> int:
         return sum(len(j.to_build) for j in self.jobs)
+
+    @property
+    def engines_gone(self) -> int:
+        """Reselections whose winner's engine apply fetches or builds again."""
+        return sum(1 for j in self.jobs if j.engine_gone)
 
     @property
     def at_most(self) -> int:
@@ -348,7 +355,7 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
                                                   f"{', no builds' if not gone else ''}",
                                                   *([describe_requests(requests)] if requests else []), *left,
                                                   *gone),
-                       (), reused, None, cands), False
+                       (), reused, None, cands, engine_gone=bool(gone)), False
     reasons = []
     if entry.group_key != job.group_key:
         reasons += stale_reasons(job, entry.keys or {}, entry.signature_fields) or [
@@ -372,9 +379,9 @@ def _plan_job(job: Job, cache: CacheStore, entry: LockEntry | None, root: Path, 
         reasons.append(f"winner changed: {describe(entry.route or '')} -> "
                        f"{describe(sel.winner) if sel.winner is not None else 'none'}")
     if reasons:
-        return JobPlan(job, PlanAction.RESELECT, ("reselect: " + "; ".join(reasons),
-                                                  *_engine_gone(trials, sel.winner, store)),
-                       (), reused, None, cands), False
+        gone = _engine_gone(trials, sel.winner, store)
+        return JobPlan(job, PlanAction.RESELECT, ("reselect: " + "; ".join(reasons), *gone),
+                       (), reused, None, cands, engine_gone=bool(gone)), False
     return _engine_check(job, entry, root, reused, cands), True
 
 

@@ -122,6 +122,9 @@ def render_plan(plan: Plan, console: Console) -> None:
                       f"at most {count_text(plan.at_most)} in all.")
     else:
         console.print(f"{plan.builds} build(s) to run now.")
+    if plan.engines_gone:
+        console.print(f"{plan.engines_gone} winner engine(s) missing from the blob store: apply fetches them from a "
+                      "cache remote or builds them again.")
 
 
 def render_dry_run(plan: Plan, console: Console) -> None:
