@@ -66,10 +66,6 @@ class PlanAction(StrEnum):
     SKIPPED = "skipped"  # its hardware is absent here: another machine runs it
 
 
-#: Mode ``full`` without max_builds or max_minutes over more routes than this is refused (``check_full_size``).
-FULL_LIMIT = UNBOUNDED_LIMIT
-
-
 @dataclass(frozen=True)
 class Job:
     """One thing to tune, with everything that identifies its trials."""
@@ -336,17 +332,17 @@ class Resolver:
 
     def check_full_size(self, strategy_name: str, strategy: Strategy, group: str,
                         expression: Expression | None) -> None:
-        """Mode ``full`` without a budget over more than ``FULL_LIMIT`` routes cannot finish: refused here,
+        """Mode ``full`` without a budget over more than ``UNBOUNDED_LIMIT`` routes cannot finish: refused here,
         pointing at the strategy, with the route count."""
         if expression is None or strategy.mode != "full" or strategy.max_builds or strategy.max_minutes:
             return
         size = product_size(expression.varied)
-        if size > FULL_LIMIT:
+        if size > UNBOUNDED_LIMIT:
             where: tuple[str, ...] = ("strategies", strategy_name) if strategy_name in \
                 self.loaded.manifest.strategies else ("switch_groups", group)
             raise self.loaded.error(
                 where, f"strategy '{strategy_name}' (mode full) would build every one of {count_text(size)} routes of "
-                f"switch group '{group}' (more than {FULL_LIMIT:,})",
+                f"switch group '{group}' (more than {UNBOUNDED_LIMIT:,})",
                 "set max_builds or max_minutes on the strategy, or use mode adaptive (it fits its budget)")
 
     def expression(self, group: str, catalog: Catalog, model: str) -> Expression:

@@ -4,6 +4,7 @@ on the incumbent, passengers dropped, reproducible proposals; and the pooled one
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from trt_routes.backends.landscape_model import ModelLandscape, validate_model
 from trt_routes.routes import parse_expression, route_dict
@@ -219,21 +220,27 @@ def test_builds_a_step_cannot_use_go_to_the_groups_left_unscreened() -> None:
         assert route_dict(best).get("-k06") == "1" and land.status(best) == "ok"
 
 
+def cuda_ep_model(levels: list[str], profile: dict[str, Any]) -> ModelLandscape:
+    """13 knobs shaped like ONNX Runtime's CUDA catalog (the level knob's default its last value, ``levels``),
+    one value failing the build, and ``profile`` as the only profile."""
+    catalog = [("-precision", ["fp32", "fp16"]), ("-level", levels), ("-nhwc", ["0", "1"]), ("-graph", ["0", "1"]),
+               ("-tf32", ["1", "0"]), ("-algo", ["EXHAUSTIVE", "HEURISTIC", "DEFAULT"]),
+               *((f"-k{i}", ["0", "1"]) for i in range(7))]
+    return validate_model({
+        "format": "trt-routes/landscape@2",
+        "knobs": [{"option": o, "values": v, "default": v[-1] if o == "-level" else v[0]} for o, v in catalog],
+        "failures": [{"when": {"-k4": "1"}, "status": "build-error"}], "profiles": {"p": profile}})
+
+
 def test_another_value_of_a_knob_the_incumbent_moved_is_screened_in_place_of_the_value_taken() -> None:
     """BERT on the H200's CUDA EP (bench/RESULTS.md, gpu_search.py run 2), as a model: the level knob's
     ``extended`` changes nothing alone and gains 18% beside float16; its ``disabled`` gains 1% and comes in with
     a faster group. Before this, no other value of a knob the incumbent had moved was ever screened, so no budget
     up to the scan's found ``extended``. It is now screened last, in place of ``disabled``."""
-    catalog = [("-precision", ["fp32", "fp16"]), ("-level", ["disabled", "basic", "extended", "all"]),
-               ("-nhwc", ["0", "1"]), ("-graph", ["0", "1"]), ("-tf32", ["1", "0"]),
-               ("-algo", ["EXHAUSTIVE", "HEURISTIC", "DEFAULT"]), *((f"-k{i}", ["0", "1"]) for i in range(7))]
-    land = validate_model({
-        "format": "trt-routes/landscape@2",
-        "knobs": [{"option": o, "values": v, "default": v[-1] if o == "-level" else v[0]} for o, v in catalog],
-        "failures": [{"when": {"-k4": "1"}, "status": "build-error"}],
-        "profiles": {"p": {"base_ms": 3.3, "effects": {"-precision": {"fp16": -0.25}, "-graph": {"1": -0.2},
-                                                       "-level": {"disabled": -0.01}, "-nhwc": {"1": -0.005}},
-                           "interactions": [{"when": {"-level": "extended", "-precision": "fp16"}, "log": -0.2}]}}})
+    land = cuda_ep_model(["disabled", "basic", "extended", "all"], {
+        "base_ms": 3.3, "effects": {"-precision": {"fp16": -0.25}, "-graph": {"1": -0.2},
+                                    "-level": {"disabled": -0.01}, "-nhwc": {"1": -0.005}},
+        "interactions": [{"when": {"-level": "extended", "-precision": "fp16"}, "log": -0.2}]})
     expr = parse_expression(land.expression_text(), land.catalog)
     inner = make_search("adaptive", expr, land.catalog, budget=16)
     assert isinstance(inner, AdaptiveSearch) and inner.grouped
@@ -248,16 +255,10 @@ def test_a_passenger_that_slows_the_gain_it_came_with_is_replaced_from_14_builds
     ``disabled`` changes nothing alone and costs 13% beside float16; it comes in with float16's group. At 12
     builds neither the passenger drops nor the level's other values are reached (the model ends 1.12 from the
     best, ViT on the GPU 1.13); from 14 the level's other values, screened in place of ``disabled``, remove it."""
-    catalog = [("-precision", ["fp32", "fp16"]), ("-level", ["disabled", "basic", "extended", "layout", "all"]),
-               ("-nhwc", ["0", "1"]), ("-graph", ["0", "1"]), ("-tf32", ["1", "0"]),
-               ("-algo", ["EXHAUSTIVE", "HEURISTIC", "DEFAULT"]), *((f"-k{i}", ["0", "1"]) for i in range(7))]
-    land = validate_model({
-        "format": "trt-routes/landscape@2",
-        "knobs": [{"option": o, "values": v, "default": v[-1] if o == "-level" else v[0]} for o, v in catalog],
-        "failures": [{"when": {"-k4": "1"}, "status": "build-error"}],
-        "profiles": {"p": {"base_ms": 4.0, "effects": {"-precision": {"fp16": -0.3}, "-graph": {"1": -0.15},
-                                                       "-level": {"disabled": -0.01, "layout": -0.005}},
-                           "interactions": [{"when": {"-level": "disabled", "-precision": "fp16"}, "log": 0.12}]}}})
+    land = cuda_ep_model(["disabled", "basic", "extended", "layout", "all"], {
+        "base_ms": 4.0, "effects": {"-precision": {"fp16": -0.3}, "-graph": {"1": -0.15},
+                                    "-level": {"disabled": -0.01, "layout": -0.005}},
+        "interactions": [{"when": {"-level": "disabled", "-precision": "fp16"}, "log": 0.12}]})
     expr = parse_expression(land.expression_text(), land.catalog)
     chosen: dict[int, dict[str, str]] = {}
     for budget in (12, 14):

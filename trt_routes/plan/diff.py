@@ -495,8 +495,8 @@ def waits_for(plans: list[JobPlan], cache: CacheStore) -> list[JobPlan]:
     for jp in plans:
         job = jp.job
         earlier = [p.job.name for p in out if p.action in (PlanAction.TUNE, PlanAction.RESELECT)]
-        if jp.action == PlanAction.TUNE and job.expression is not None and \
-                (first := related_names(job.name, job.model, job.target, earlier)) and takes_priors(cache, job):
+        if jp.action == PlanAction.TUNE and (first := related_names(job.name, job.model, job.target, earlier)) \
+                and takes_priors(cache, job):
             shown = ", ".join(first[:3]) + (", ..." if len(first) > 3 else "")
             jp = replace(jp, reasons=(*jp.reasons, f"starts after {shown}, decided earlier in this apply, and takes "
                                       "their winners as priors too"))

@@ -129,7 +129,8 @@ class JobSearch(Search):
         self.short: str | None = None  # why a route did not fit in the time left (``fits``)
         self.avoid: tuple[str, ...] = ()  # values that failed for related jobs, screened last (``job_search``)
 
-    def builds(self, known: Mapping[str, Outcome]) -> int:
+    def builds(self, known: Collection[str]) -> int:
+        """Builds spent: earlier applies' and the routes known now that were not when this search was made."""
         return self.spent_builds + sum(1 for r in known if r not in self.initial)
 
     def seconds(self) -> float:
@@ -240,18 +241,19 @@ def job_search(job: Job, cache: CacheStore, known: Collection[str], *, running: 
 
 def finish_search(cache: CacheStore, job: Job, search: JobSearch, known: Mapping[str, Outcome]) -> None:
     """Record what this apply's search spent and whether it stopped at its budget."""
-    state = "budget" if search.unfinished(known) else "complete"
-    side_tables.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), state,
-                                 search.builds(known), round(search.seconds(), 3), avoid=list(search.avoid))
+    _record(cache, job, search, "budget" if search.unfinished(known) else "complete", known)
 
 
 def save_progress(cache: CacheStore, job: Job, search: JobSearch, routes: Collection[str]) -> None:
     """Record what the search has spent so far, as each trial is stored: an apply stopped mid-search (Ctrl-C,
     ``kill -9``) resumes with what is left of ``max_builds`` and ``max_minutes``, not with all of it again
     (the trials it left are known then, so they no longer count as new builds)."""
-    spent = search.spent_builds + sum(1 for r in routes if r not in search.initial)
-    side_tables.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), "running",
-                                 spent, round(search.seconds(), 3), avoid=list(search.avoid))
+    _record(cache, job, search, "running", routes)
+
+
+def _record(cache: CacheStore, job: Job, search: JobSearch, state: str, routes: Collection[str]) -> None:
+    side_tables.put_search_state(cache, job.group_key, strategy_key(job), job.name, list(search.warm), state,
+                                 search.builds(routes), round(search.seconds(), 3), avoid=list(search.avoid))
 
 
 def search_note(search: Search, known: Mapping[str, Outcome]) -> str | None:

@@ -214,8 +214,8 @@ class Applier:
         """``job`` may start beside the ``active`` ones: the same target, a worker free for it, and none of them
         a related job whose winner its search would take as a prior (it starts once they are decided, so its
         priors do not depend on which finishes first, and are those plan named)."""
-        if takes_priors(self.cache, job) and related_names(job.name, job.model, job.target,
-                                                           [t.job.name for t in active]):
+        if related_names(job.name, job.model, job.target, [t.job.name for t in active]) and \
+                takes_priors(self.cache, job):  # the query only where a related job runs
             return False
         return all(t.job.target_data == job.target_data for t in active) and \
             self.executor.free_slots(job.target_data) > 0
